@@ -1,0 +1,1 @@
+//! The middle-end passes: activity, liveness, segmentation (the checkpoint plan) and opacity.

@@ -1,0 +1,118 @@
+//! The plan: everything the middle end decides about a tape, in typed side tables keyed by node id.
+//!
+//! Passes (in `passes/`) fill these; emitters only read them and never re-derive a fact here.
+//! This file is the contract between the middle end and the back ends.
+
+use crate::tape::NodeId;
+use std::ops::Range;
+
+/// How the reverse sweep gets forward values back.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpoint {
+    /// Plain kernel: every forward value the reverse sweep reads stays alive.
+    Off,
+    /// Register recompute: persistent values stay in registers; each reverse segment re-runs
+    /// its forward lines from them (GLSL default; offered for CUDA and OpenCL).
+    Registers,
+    /// Values crossing a cut go to a per-path global scratch buffer (CUDA and OpenCL).
+    Scratch,
+}
+
+/// The knobs of segmentation (`--segments`, `--ckpt-nodes`, `--seg-len`, `--checkpoint`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SegmentOptions {
+    pub strategy: Checkpoint,
+    /// `Some(1)` switches checkpointing off; `Some(n > 1)` forces n segments whatever the length.
+    pub segments: Option<u32>,
+    /// Register strategy: checkpoint automatically once the tape has at least this many nodes.
+    pub ckpt_nodes: u32,
+    /// Scratch strategy: the segment length, in nodes, that chooses S = ceil(n / seg_len).
+    pub seg_len: Option<u32>,
+}
+
+/// Register recompute's default segment count.
+pub const DEFAULT_SEGMENTS: u32 = 16;
+/// Register recompute switches itself on at this many nodes.
+pub const DEFAULT_CKPT_NODES: u32 = 768;
+/// Scratch strategy's default segment length (to be settled by measurement on the GPU machine).
+pub const DEFAULT_SEG_LEN: u32 = 200;
+
+impl Default for SegmentOptions {
+    fn default() -> Self {
+        SegmentOptions {
+            strategy: Checkpoint::Registers,
+            segments: None,
+            ckpt_nodes: DEFAULT_CKPT_NODES,
+            seg_len: None,
+        }
+    }
+}
+
+/// Which nodes matter. Guarantee: `active[i]` iff node i depends on some input (only active nodes
+/// carry adjoints or tangents); `live[i]` iff node i reaches some output (others are dead and no
+/// kernel computes them).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Activity {
+    pub active: Vec<bool>,
+    pub live: Vec<bool>,
+}
+
+/// When values die. Guarantee: `last_use[i]` is the highest node that reads node i in the forward
+/// sweep (outputs count as read at position n), `None` if nothing reads it; `alive[p]` is the
+/// number of forward values alive just before node p executes (p in 0..=n).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Liveness {
+    pub last_use: Vec<Option<u32>>,
+    pub alive: Vec<u32>,
+}
+
+/// One segment of the checkpoint plan: the nodes `range` (in evaluation order).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Segment {
+    pub range: Range<u32>,
+    /// Persistent values computed before `range.start` that this segment reads (its bookmarks),
+    /// ascending.
+    pub bookmarks: Vec<NodeId>,
+    /// The draw nodes in this segment that its reverse block recomputes, ascending.
+    pub draws: Vec<NodeId>,
+}
+
+/// The checkpoint plan. Guarantees: the segments tile `0..n` in order; `cuts[s]` is the first node
+/// of segment s+1; `crossing[s]` counts the non-constant values computed before `cuts[s]` and read
+/// at or after it; `persistent` (ascending) is exactly the crossing values, the inputs and the
+/// outputs; with one segment there are no cuts and the plan is the plain kernel's.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SegmentPlan {
+    pub strategy: Checkpoint,
+    pub segments: Vec<Segment>,
+    pub cuts: Vec<NodeId>,
+    pub crossing: Vec<u32>,
+    pub persistent: Vec<NodeId>,
+    /// Scratch strategy: slot k of a path holds `scratch_slots[k]`; empty for the other strategies.
+    pub scratch_slots: Vec<NodeId>,
+}
+
+impl SegmentPlan {
+    pub fn is_checkpointed(&self) -> bool {
+        self.segments.len() > 1
+    }
+}
+
+/// The anti-CSE plan. In the reverse sweep, segment s reads each of `opaque_reads[s]` through the
+/// opaque identity (its bits XOR a run-time zero), and, when `rekey[s]`, re-keys the generator with
+/// `key ^ zero` before recomputing its draws. Emitters materialize exactly this.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct OpacityPlan {
+    pub opaque_reads: Vec<Vec<NodeId>>,
+    pub rekey: Vec<bool>,
+}
+
+/// Everything the back ends need, computed once by `passes::plan`.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Plan {
+    pub activity: Activity,
+    pub liveness: Liveness,
+    pub segments: SegmentPlan,
+    pub opacity: OpacityPlan,
+}

@@ -1,0 +1,1 @@
+//! Products recorded as tapes: European, arithmetic Asian, up-and-out barrier, basket.

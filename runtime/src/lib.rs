@@ -1,0 +1,1 @@
+//! nablac-runtime: loads emitted kernels (source + manifest) and runs them.
