@@ -18,4 +18,6 @@ pub mod products;
 pub mod record;
 pub mod reference;
 pub mod tape;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod verify;
