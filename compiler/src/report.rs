@@ -165,6 +165,7 @@ impl PartialSums {
         }
     }
 
+    #[allow(clippy::assign_op_pattern)]
     fn insert(&mut self, b: Block) -> Result<(), ReportError> {
         let root = self.paths.next_power_of_two();
         let (start, log2) = (b.start, b.log2_len);
@@ -200,7 +201,8 @@ impl PartialSums {
             } else {
                 let sib = s - m;
                 if self.blocks.get(&sib).is_some_and(|&(sl, _)| sl == l) {
-                    v = self.blocks.remove(&sib).map_or(0.0, |(_, x)| x) + v;
+                    let left = self.blocks.remove(&sib).map_or(0.0, |(_, x)| x);
+                    v = left + v; // S(a, 2m) = S(a, m) + S(a + m, m), written in tree order
                     s = sib;
                 } else {
                     break;
