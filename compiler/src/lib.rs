@@ -17,5 +17,6 @@ pub mod plan;
 pub mod products;
 pub mod record;
 pub mod reference;
+pub mod report;
 pub mod tape;
 pub mod verify;
