@@ -19,4 +19,6 @@ pub mod record;
 pub mod reference;
 pub mod report;
 pub mod tape;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod verify;
