@@ -6,11 +6,13 @@
 //!
 //! - `opaque_reads[s]` lists (ascending) every non-constant persistent value the reverse block of
 //!   s reads: the arguments of the nodes it recomputes and the forward values its adjoint rules
-//!   read ([`adjoint_reads`]). That is its bookmarks *and* the persistent values defined inside
-//!   the segment (the inputs in segment 0, a value defined in s that crosses the next cut):
-//!   without the second kind, a recomputed chain such as `vol * vol` in segment 0 would read only
-//!   non-opaque values and could be merged with its forward twin. Each is read once, at the top of
-//!   the block, through the opaque identity.
+//!   read ([`adjoint_reads`]). That is the bookmarks the block reads *and* the persistent values
+//!   defined inside the segment that it reads (the inputs in segment 0, a value defined in s that
+//!   crosses the next cut): without the second kind, a recomputed chain such as `vol * vol` in
+//!   segment 0 would read only non-opaque values and could be merged with its forward twin. Each
+//!   is read once, at the top of the block, through the opaque identity. A bookmark only a
+//!   persistent node of the segment reads (in the forward sweep) is not read by the reverse block,
+//!   since persistent nodes are not recomputed, so it is not in the list.
 //! - `rekey[s]` is true when the block regenerates draws (`Segment::draws` is non-empty).
 //!
 //! The reverse block of s recomputes exactly [`recomputed`]: the live, non-constant,

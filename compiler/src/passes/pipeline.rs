@@ -170,14 +170,26 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
                 format!("segment {s}, {r}")
             })?;
         }
-        for b in &seg.bookmarks {
-            ensure(reads.binary_search(b).is_ok(), "every bookmark is read opaquely", || format!("segment {s}, {b}"))?;
-        }
         ensure(op.rekey[s] == !seg.draws.is_empty(), "a block that regenerates draws re-keys", || {
             format!("segment {s}")
         })?;
         let rec = recomputed(tape, &plan.activity, sp, s);
         let available = |v: NodeId| is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok();
+        // Every persistent value the block reads is read opaquely, and nothing else is.
+        let mut used = BTreeSet::new();
+        for &v in &rec {
+            used.extend(tape.node(v).args());
+        }
+        for i in seg.range.clone() {
+            let v = NodeId(i);
+            if live[v.index()] && plan.activity.active[v.index()] {
+                used.extend(adjoint_reads(tape.node(v), v));
+            }
+        }
+        let used: Vec<NodeId> = used.into_iter().filter(|&v| is_persistent(v) && !is_const(v)).collect();
+        ensure(*reads == used, "opaque reads are exactly the persistent values the reverse block reads", || {
+            format!("segment {s}: plan {reads:?}, block reads {used:?}")
+        })?;
         for &v in &rec {
             for a in tape.node(v).args() {
                 ensure(available(a), "a reverse block's recomputation reads only its copies and locals", || {
