@@ -17,6 +17,8 @@ mod segment;
 #[cfg(test)]
 pub(crate) mod fixtures;
 #[cfg(test)]
+mod snapshots;
+#[cfg(test)]
 mod tests;
 
 pub use activity::activity;
