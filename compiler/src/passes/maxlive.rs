@@ -22,7 +22,9 @@
 //! checkpointed schedule is the plain one.
 //!
 //! Each step is attributed to a node position (its node; an opaque read to its segment's first
-//! node; the output step to node n-1), which gives the profile drawn by `explain_svg`.
+//! node; the output step to node n-1), which gives the profile drawn by `explain_svg`: per
+//! position, the most values alive before any of its steps (a position without steps, a constant
+//! or a dead node, repeats the one before it).
 
 use super::{adjoint_reads, recomputed};
 use crate::plan::{Activity, Plan};
@@ -73,15 +75,22 @@ impl Sim {
             })
             .collect()
     }
-    /// Per node position (0..n), the most values alive before any step attributed to it.
+    /// Per node position (0..n), the most values alive before any step attributed to it; a
+    /// position with no step (a constant, a dead node) repeats the position before it.
     fn profile(&self, n: usize) -> Vec<u32> {
-        let mut out = vec![0u32; n];
+        let mut out: Vec<Option<u32>> = vec![None; n];
         for (t, a) in self.alive().into_iter().enumerate() {
             if let Some(slot) = out.get_mut(self.pos[t] as usize) {
-                *slot = (*slot).max(a);
+                *slot = Some(slot.map_or(a, |s| s.max(a)));
             }
         }
-        out
+        let mut prev = 0;
+        out.into_iter()
+            .map(|v| {
+                prev = v.unwrap_or(prev);
+                prev
+            })
+            .collect()
     }
 }
 

@@ -401,3 +401,11 @@ proptest! {
         prop_assert_eq!(&p.segments.persistent, &io);
     }
 }
+
+#[test]
+#[ignore = "writes /tmp/explain_asian252.svg for a look"]
+fn write_explain_svg() {
+    let t = asian(252);
+    let p = plan(&t, &SegmentOptions::default());
+    std::fs::write("/tmp/explain_asian252.svg", explain_svg(&t, &p)).unwrap();
+}
