@@ -65,7 +65,11 @@ pub fn explain_text(tape: &Tape, plan: &Plan) -> String {
         e.max_live_plain,
         e.max_live_checkpointed
     );
-    let _ = writeln!(s, "{:>4}  {:>13}  {:>5}  {:>8}  {:>9}  {:>5}  {:>6}", "seg", "nodes", "len", "crossing", "bookmarks", "draws", "opaque");
+    let _ = writeln!(
+        s,
+        "{:>4}  {:>13}  {:>5}  {:>8}  {:>9}  {:>5}  {:>6}",
+        "seg", "nodes", "len", "crossing", "bookmarks", "draws", "opaque"
+    );
     for (i, seg) in sp.segments.iter().enumerate() {
         let crossing = if i == 0 { "-".to_string() } else { sp.crossing[i - 1].to_string() };
         let opaque = plan.opacity.opaque_reads.get(i).map_or(0, |r| r.len());
@@ -135,7 +139,13 @@ fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn draw_svg(out: &mut String, plain: &[u32], ckpt: &[u32], cuts: &[u32], segments: usize) -> Result<(), String> {
+fn draw_svg(
+    out: &mut String,
+    plain: &[u32],
+    ckpt: &[u32],
+    cuts: &[u32],
+    segments: usize,
+) -> Result<(), String> {
     let n = plain.len().max(1) as u32;
     let ymax = plain.iter().chain(ckpt).copied().max().unwrap_or(0).max(1);
     let ytop = ymax + ymax / 20 + 1;
@@ -170,15 +180,24 @@ fn draw_svg(out: &mut String, plain: &[u32], ckpt: &[u32], cuts: &[u32], segment
         let red = RGBColor(200, 40, 40);
         let blue = RGBColor(30, 90, 200);
         chart
-            .draw_series(LineSeries::new(plain.iter().enumerate().map(|(x, &y)| (x as u32, y)), red.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                plain.iter().enumerate().map(|(x, &y)| (x as u32, y)),
+                red.stroke_width(2),
+            ))
             .map_err(|e| err(&e))?
             .label(format!("plain (max {})", plain.iter().max().copied().unwrap_or(0)))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], red));
         if segments > 1 {
             chart
-                .draw_series(LineSeries::new(ckpt.iter().enumerate().map(|(x, &y)| (x as u32, y)), blue.stroke_width(2)))
+                .draw_series(LineSeries::new(
+                    ckpt.iter().enumerate().map(|(x, &y)| (x as u32, y)),
+                    blue.stroke_width(2),
+                ))
                 .map_err(|e| err(&e))?
-                .label(format!("checkpointed (max {}); grey lines: cuts", ckpt.iter().max().copied().unwrap_or(0)))
+                .label(format!(
+                    "checkpointed (max {}); grey lines: cuts",
+                    ckpt.iter().max().copied().unwrap_or(0)
+                ))
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], blue));
         }
         chart

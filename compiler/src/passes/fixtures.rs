@@ -133,7 +133,7 @@ pub fn arb_tape(max_nodes: usize) -> impl Strategy<Value = Tape> {
             let len = t.nodes.len() as u32;
             // Bias arguments towards recent nodes (chains), with some long reads.
             let pick = |r: u32| {
-                if r % 4 == 0 {
+                if r.is_multiple_of(4) {
                     NodeId(r / 4 % len)
                 } else {
                     NodeId(len - 1 - (r / 4 % len.min(6)))
@@ -153,13 +153,20 @@ pub fn arb_tape(max_nodes: usize) -> impl Strategy<Value = Tape> {
                     Node::Draw(DrawKind::Uniform, draws - 1)
                 }
                 3..=8 => {
-                    let op = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min]
-                        [(sel - 3) as usize];
+                    let op = [
+                        BinaryOp::Add,
+                        BinaryOp::Sub,
+                        BinaryOp::Mul,
+                        BinaryOp::Div,
+                        BinaryOp::Max,
+                        BinaryOp::Min,
+                    ][(sel - 3) as usize];
                     Node::Binary(op, pick(r1), pick(r2))
                 }
                 _ => {
-                    let op = [UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Abs, UnaryOp::Exp]
-                        [((sel - 9) as usize + r3 as usize) % 6];
+                    let op =
+                        [UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Abs, UnaryOp::Exp]
+                            [((sel - 9) as usize + r3 as usize) % 6];
                     Node::Unary(op, pick(r1))
                 }
             };

@@ -3,8 +3,8 @@
 //! `plan` assumes a verified tape. In debug builds (and so in tests) it checks its result with
 //! [`check_plan`] and panics on a broken invariant: that is a bug in a pass, never bad input.
 
-use super::{activity, adjoint_reads, liveness, opacity, recomputed, segment};
 use super::segment::{crossing_profile, live_last_read};
+use super::{activity, adjoint_reads, liveness, opacity, recomputed, segment};
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{Node, NodeId, Tape};
 use std::collections::BTreeSet;
@@ -80,13 +80,13 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     ensure(sp.crossing.len() == sp.cuts.len(), "one crossing count per cut", || "crossing".into())?;
     let mut expect: BTreeSet<NodeId> = BTreeSet::new();
     for (s, c) in sp.cuts.iter().enumerate() {
-        let crossing: Vec<NodeId> = (0..c.0)
-            .map(NodeId)
-            .filter(|v| last[v.index()].is_some_and(|l| l >= c.0))
-            .collect();
-        ensure(crossing.len() == sp.crossing[s] as usize, "crossing counts the values crossing the cut", || {
-            format!("cut {s} = {c}: plan says {}, tape has {}", sp.crossing[s], crossing.len())
-        })?;
+        let crossing: Vec<NodeId> =
+            (0..c.0).map(NodeId).filter(|v| last[v.index()].is_some_and(|l| l >= c.0)).collect();
+        ensure(
+            crossing.len() == sp.crossing[s] as usize,
+            "crossing counts the values crossing the cut",
+            || format!("cut {s} = {c}: plan says {}, tape has {}", sp.crossing[s], crossing.len()),
+        )?;
         ensure(cross[c.0 as usize] as usize == crossing.len(), "crossing profile agrees", || {
             format!("cut {s} = {c}")
         })?;
@@ -121,9 +121,11 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
             }
             for a in tape.node(v).args() {
                 let own = seg.range.contains(&a.0);
-                ensure(own || is_persistent(a) || is_const(a), "a segment's forward lines read only its own nodes, persistent values and constants", || {
-                    format!("segment {s}, node {v} reads {a}")
-                })?;
+                ensure(
+                    own || is_persistent(a) || is_const(a),
+                    "a segment's forward lines read only its own nodes, persistent values and constants",
+                    || format!("segment {s}, node {v} reads {a}"),
+                )?;
                 if !own && !is_const(a) {
                     bookmarks.insert(a);
                 }
@@ -133,48 +135,65 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
             }
         }
         let bookmarks: Vec<NodeId> = bookmarks.into_iter().collect();
-        ensure(seg.bookmarks == bookmarks, "bookmarks are the persistent values before the segment that it reads", || {
-            format!("segment {s}: plan {:?}, tape {:?}", seg.bookmarks, bookmarks)
+        ensure(
+            seg.bookmarks == bookmarks,
+            "bookmarks are the persistent values before the segment that it reads",
+            || format!("segment {s}: plan {:?}, tape {:?}", seg.bookmarks, bookmarks),
+        )?;
+        ensure(seg.draws == draws, "draws are the segment's live non-persistent draws", || {
+            format!("segment {s}")
         })?;
-        ensure(seg.draws == draws, "draws are the segment's live non-persistent draws", || format!("segment {s}"))?;
     }
 
     // Strategy and scratch slots.
     if count == 1 {
         ensure(sp.strategy == Checkpoint::Off, "one segment is the plain kernel", || "strategy".into())?;
     } else {
-        ensure(sp.strategy != Checkpoint::Off, "a checkpointed plan names its strategy", || "strategy".into())?;
+        ensure(sp.strategy != Checkpoint::Off, "a checkpointed plan names its strategy", || {
+            "strategy".into()
+        })?;
     }
     if sp.strategy == Checkpoint::Scratch {
-        ensure(sp.scratch_slots == crossing_values, "scratch slots are the crossing values", || "scratch_slots".into())?;
+        ensure(sp.scratch_slots == crossing_values, "scratch slots are the crossing values", || {
+            "scratch_slots".into()
+        })?;
     } else {
-        ensure(sp.scratch_slots.is_empty(), "only the scratch strategy has slots", || "scratch_slots".into())?;
+        ensure(sp.scratch_slots.is_empty(), "only the scratch strategy has slots", || {
+            "scratch_slots".into()
+        })?;
     }
 
     // Opacity: a reverse block reads persistent values only through its opaque reads.
     let op = &plan.opacity;
-    ensure(op.opaque_reads.len() == count && op.rekey.len() == count, "one opacity entry per segment", || {
-        "opacity".into()
-    })?;
+    ensure(
+        op.opaque_reads.len() == count && op.rekey.len() == count,
+        "one opacity entry per segment",
+        || "opacity".into(),
+    )?;
     if count == 1 {
-        ensure(op.opaque_reads[0].is_empty() && !op.rekey[0], "nothing is opaque in the plain kernel", || {
-            "opacity".into()
-        })?;
+        ensure(
+            op.opaque_reads[0].is_empty() && !op.rekey[0],
+            "nothing is opaque in the plain kernel",
+            || "opacity".into(),
+        )?;
         return Ok(());
     }
     for (s, seg) in sp.segments.iter().enumerate() {
         let reads = &op.opaque_reads[s];
         ensure(reads.windows(2).all(|w| w[0] < w[1]), "opaque reads ascend", || format!("segment {s}"))?;
         for &r in reads {
-            ensure(is_persistent(r) && !is_const(r), "opaque reads are non-constant persistent values", || {
-                format!("segment {s}, {r}")
-            })?;
+            ensure(
+                is_persistent(r) && !is_const(r),
+                "opaque reads are non-constant persistent values",
+                || format!("segment {s}, {r}"),
+            )?;
         }
-        ensure(op.rekey[s] == !seg.draws.is_empty(), "a block that regenerates draws re-keys", || {
+        ensure(op.rekey[s] != seg.draws.is_empty(), "a block that regenerates draws re-keys", || {
             format!("segment {s}")
         })?;
         let rec = recomputed(tape, &plan.activity, sp, s);
-        let available = |v: NodeId| is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok();
+        let available =
+            |v: NodeId| is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok();
         // Every persistent value the block reads is read opaquely, and nothing else is.
         let mut used = BTreeSet::new();
         for &v in &rec {
@@ -187,23 +206,29 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
             }
         }
         let used: Vec<NodeId> = used.into_iter().filter(|&v| is_persistent(v) && !is_const(v)).collect();
-        ensure(*reads == used, "opaque reads are exactly the persistent values the reverse block reads", || {
-            format!("segment {s}: plan {reads:?}, block reads {used:?}")
-        })?;
+        ensure(
+            *reads == used,
+            "opaque reads are exactly the persistent values the reverse block reads",
+            || format!("segment {s}: plan {reads:?}, block reads {used:?}"),
+        )?;
         for &v in &rec {
             for a in tape.node(v).args() {
-                ensure(available(a), "a reverse block's recomputation reads only its copies and locals", || {
-                    format!("segment {s}, node {v} reads {a}")
-                })?;
+                ensure(
+                    available(a),
+                    "a reverse block's recomputation reads only its copies and locals",
+                    || format!("segment {s}, node {v} reads {a}"),
+                )?;
             }
         }
         for i in seg.range.clone() {
             let v = NodeId(i);
             if live[v.index()] && plan.activity.active[v.index()] {
                 for r in adjoint_reads(tape.node(v), v) {
-                    ensure(available(r), "a reverse block's adjoint rules read only its copies and locals", || {
-                        format!("segment {s}, node {v} reads {r}")
-                    })?;
+                    ensure(
+                        available(r),
+                        "a reverse block's adjoint rules read only its copies and locals",
+                        || format!("segment {s}, node {v} reads {r}"),
+                    )?;
                 }
             }
         }

@@ -30,7 +30,8 @@ fn check(name: &str, tape: &Tape, opts: &SegmentOptions) {
 #[test]
 fn plan_snapshots() {
     let registers = |segments| SegmentOptions { segments, ..SegmentOptions::default() };
-    let scratch = SegmentOptions { strategy: Checkpoint::Scratch, seg_len: Some(20), ..SegmentOptions::default() };
+    let scratch =
+        SegmentOptions { strategy: Checkpoint::Scratch, seg_len: Some(20), ..SegmentOptions::default() };
     check("asian8_default", &asian(8), &SegmentOptions::default());
     check("asian8_registers_4", &asian(8), &registers(Some(4)));
     check("asian8_scratch_seg20", &asian(8), &scratch);

@@ -213,21 +213,34 @@ fn check_plan_rejects_broken_plans() {
     let t = asian(8);
     let good = plan(&t, &opts(Some(4)));
     assert_eq!(check_plan(&t, &good), Ok(()));
-    let broken: Vec<(&str, Box<dyn Fn(&mut Plan)>)> = vec![
-        ("persistent", Box::new(|p| {
-            p.segments.persistent.remove(6);
-        })),
+    type Mutation = Box<dyn Fn(&mut Plan)>;
+    let broken: Vec<(&str, Mutation)> = vec![
+        (
+            "persistent",
+            Box::new(|p| {
+                p.segments.persistent.remove(6);
+            }),
+        ),
         ("cut", Box::new(|p| p.segments.cuts[1].0 += 1)),
         ("crossing", Box::new(|p| p.segments.crossing[0] += 1)),
-        ("bookmarks", Box::new(|p| {
-            p.segments.segments[2].bookmarks.pop();
-        })),
-        ("draws", Box::new(|p| {
-            p.segments.segments[1].draws.clear();
-        })),
-        ("opaque", Box::new(|p| {
-            p.opacity.opaque_reads[1].clear();
-        })),
+        (
+            "bookmarks",
+            Box::new(|p| {
+                p.segments.segments[2].bookmarks.pop();
+            }),
+        ),
+        (
+            "draws",
+            Box::new(|p| {
+                p.segments.segments[1].draws.clear();
+            }),
+        ),
+        (
+            "opaque",
+            Box::new(|p| {
+                p.opacity.opaque_reads[1].clear();
+            }),
+        ),
         ("rekey", Box::new(|p| p.opacity.rekey[0] = false)),
         ("scratch", Box::new(|p| p.segments.scratch_slots.push(NodeId(0)))),
         ("strategy", Box::new(|p| p.segments.strategy = Checkpoint::Off)),
@@ -254,7 +267,14 @@ fn explain_json_keys_and_values() {
     let v = serde_json::to_value(explain(&t, &p)).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     let mut want = vec![
-        "nodes", "active", "segments", "cuts", "crossing", "persistent", "max_live_plain", "max_live_checkpointed",
+        "nodes",
+        "active",
+        "segments",
+        "cuts",
+        "crossing",
+        "persistent",
+        "max_live_plain",
+        "max_live_checkpointed",
     ];
     want.sort();
     let mut got = keys.clone();
@@ -282,11 +302,20 @@ fn explain_text_and_svg() {
     );
     assert_eq!(lines.len(), 2 + 16);
     assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["0", "%0..%98", "98", "-", "0", "14", "6"]);
-    assert_eq!(lines[3].split_whitespace().collect::<Vec<_>>(), ["1", "%98..%194", "96", "7", "4", "16", "4"]);
+    assert_eq!(
+        lines[3].split_whitespace().collect::<Vec<_>>(),
+        ["1", "%98..%194", "96", "7", "4", "16", "4"]
+    );
     let svg = explain_svg(&t, &p);
     assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
     assert!(svg.trim_end().ends_with("</svg>"));
-    for needle in ["plain vs checkpointed (16 segments)", "node position", "forward values alive", "plain (max 769)", "checkpointed (max 83)"] {
+    for needle in [
+        "plain vs checkpointed (16 segments)",
+        "node position",
+        "forward values alive",
+        "plain (max 769)",
+        "checkpointed (max 83)",
+    ] {
         assert!(svg.contains(needle), "missing {needle}");
     }
     // Deterministic.
@@ -310,7 +339,8 @@ fn crosses(t: &Tape, live: &[bool], v: usize, c: usize) -> bool {
     if !live[v] || matches!(t.nodes[v], Node::Const(_)) || v >= c {
         return false;
     }
-    let read_late = t.nodes.iter().enumerate().skip(c).any(|(i, node)| live[i] && node.args().any(|a| a.index() == v));
+    let read_late =
+        t.nodes.iter().enumerate().skip(c).any(|(i, node)| live[i] && node.args().any(|a| a.index() == v));
     read_late || t.outputs.iter().any(|o| o.node.index() == v)
 }
 
