@@ -439,3 +439,19 @@ fn write_explain_svg() {
     let p = plan(&t, &SegmentOptions::default());
     std::fs::write("/tmp/explain_asian252.svg", explain_svg(&t, &p)).unwrap();
 }
+
+#[test]
+fn long_tapes_and_many_segments_stay_fast() {
+    // 12,024 nodes cut into every possible segment (S = n) and into 16: each plan, its check and
+    // its explain finish well under a second in a debug build (everything is O(n log n)).
+    let t = asian(2000);
+    let start = std::time::Instant::now();
+    let every = plan(&t, &opts(Some(u32::MAX)));
+    assert_eq!(every.segments.segments.len(), t.len());
+    assert_eq!(every.segments.cuts.len(), t.len() - 1);
+    let e = explain(&t, &every);
+    assert!(e.max_live_checkpointed > 0);
+    let p16 = plan(&t, &SegmentOptions::default());
+    assert_eq!(p16.segments.persistent.len(), 38);
+    assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+}
