@@ -300,7 +300,8 @@ fn explain_text_and_svg() {
         lines[0],
         "1536 nodes, 1279 active; 16 segments (registers); 38 persistent; max live 769 plain, 83 checkpointed"
     );
-    assert_eq!(lines.len(), 2 + 16);
+    assert_eq!(lines.len(), 2 + 16 + 1);
+    assert!(lines[18].starts_with("crossing: values crossing the cut"));
     assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["0", "%0..%98", "98", "-", "0", "14", "6"]);
     assert_eq!(
         lines[3].split_whitespace().collect::<Vec<_>>(),
@@ -454,4 +455,12 @@ fn long_tapes_and_many_segments_stay_fast() {
     let p16 = plan(&t, &SegmentOptions::default());
     assert_eq!(p16.segments.persistent.len(), 38);
     assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+}
+
+#[test]
+#[ignore = "prints the explain table"]
+fn print_explain_text() {
+    let t = asian(252);
+    println!("{}", explain_text(&t, &plan(&t, &SegmentOptions::default())));
+    println!("{}", explain_text(&european(), &plan(&european(), &SegmentOptions::default())));
 }
