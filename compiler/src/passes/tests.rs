@@ -1,6 +1,7 @@
 //! Tests of segmentation, opacity, the pipeline, max_live and explain.
 
-use super::fixtures::{arb_tape, asian, european};
+use super::fixtures::{asian, european};
+use crate::testing::arb_tape;
 use super::*;
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{BinaryOp, Input, Node, NodeId, Output, Tape, UnaryOp};
@@ -354,7 +355,7 @@ proptest! {
 
     #[test]
     fn random_plans_keep_their_invariants(
-        t in arb_tape(60),
+        t in arb_tape(),
         s in 0u32..12,
         k in 0u8..3,
         seg_len in 0u32..20,
@@ -418,7 +419,7 @@ proptest! {
     }
 
     #[test]
-    fn one_segment_gives_the_plain_plan(t in arb_tape(40)) {
+    fn one_segment_gives_the_plain_plan(t in arb_tape()) {
         let p = plan(&t, &opts(Some(1)));
         prop_assert_eq!(p.segments.segments.len(), 1);
         prop_assert!(p.segments.cuts.is_empty() && p.segments.crossing.is_empty());
