@@ -1,10 +1,9 @@
 //! Tapes built in code for the passes' tests: the arithmetic Asian (the node layout of the recorder
-//! on branch `record`), a one-draw European, and a generator of random valid tapes.
+//! on branch `record`) and a one-draw European. Random tapes come from `crate::testing::arb_tape`.
 //!
-//! TODO(lead): switch to `crate::products` and `crate::testing::arb_tape()` once they are on main.
+//! TODO: switch to `crate::products` once the products are on main.
 
 use crate::tape::{BinaryOp, DrawKind, Input, Node, NodeId, Output, Tape, UnaryOp};
-use proptest::prelude::*;
 
 struct Builder {
     tape: Tape,
@@ -113,74 +112,6 @@ pub fn european() -> Tape {
     let df = b.un(UnaryOp::Exp, nrt);
     let price = b.bin(Mul, pay, df);
     b.finish(price)
-}
-
-/// Random valid tapes: 1..4 inputs first, then 0..max_nodes nodes of any op with backward
-/// arguments (leaves interleaved), 1..3 outputs anywhere. Dead nodes, constant outputs and long
-/// reads across the tape all occur.
-pub fn arb_tape(max_nodes: usize) -> impl Strategy<Value = Tape> {
-    let n_inputs = 1usize..4;
-    let body = prop::collection::vec((0u8..15, any::<u32>(), any::<u32>(), any::<u32>()), 0..max_nodes);
-    let outs = prop::collection::vec(any::<u32>(), 1..4);
-    (n_inputs, body, outs).prop_map(|(ni, body, outs)| {
-        let mut t = Tape::default();
-        for i in 0..ni {
-            t.inputs.push(Input { name: format!("x{i}"), value: 1.0 + i as f64 });
-            t.nodes.push(Node::Input(i as u32));
-        }
-        let mut draws = 0u32;
-        for (sel, r1, r2, r3) in body {
-            let len = t.nodes.len() as u32;
-            // Bias arguments towards recent nodes (chains), with some long reads.
-            let pick = |r: u32| {
-                if r.is_multiple_of(4) {
-                    NodeId(r / 4 % len)
-                } else {
-                    NodeId(len - 1 - (r / 4 % len.min(6)))
-                }
-            };
-            let node = match sel {
-                0 => {
-                    t.consts.push((r1 % 7) as f64 * 0.5);
-                    Node::Const(t.consts.len() as u32 - 1)
-                }
-                1 => {
-                    draws += 1;
-                    Node::Draw(DrawKind::Normal, draws - 1)
-                }
-                2 => {
-                    draws += 1;
-                    Node::Draw(DrawKind::Uniform, draws - 1)
-                }
-                3..=8 => {
-                    let op = [
-                        BinaryOp::Add,
-                        BinaryOp::Sub,
-                        BinaryOp::Mul,
-                        BinaryOp::Div,
-                        BinaryOp::Max,
-                        BinaryOp::Min,
-                    ][(sel - 3) as usize];
-                    Node::Binary(op, pick(r1), pick(r2))
-                }
-                _ => {
-                    let op =
-                        [UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Abs, UnaryOp::Exp]
-                            [((sel - 9) as usize + r3 as usize) % 6];
-                    Node::Unary(op, pick(r1))
-                }
-            };
-            t.nodes.push(node);
-        }
-        let n = t.nodes.len() as u32;
-        for (k, o) in outs.iter().enumerate() {
-            // Mostly the last node, sometimes any node.
-            let node = if k == 0 || o % 3 != 0 { n - 1 - (o / 3 % n.min(3)) } else { o / 3 % n };
-            t.outputs.push(Output { name: format!("y{k}"), node: NodeId(node) });
-        }
-        t.n_draws = t.draws_used();
-        t
-    })
 }
 
 #[test]
