@@ -29,7 +29,7 @@
 //!
 //! Runtime backends use the same functions, so a report is the same bits whichever target summed it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Why partial sums could not be built, merged or finished.
@@ -60,8 +60,9 @@ pub enum ReportError {
     },
 }
 
-/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree (what a run ships to
+/// whoever merges: its blocks and the run's path count, rebuilt by `PartialSums::from_blocks`).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     pub start: u64,
     pub log2_len: u32,
