@@ -29,7 +29,7 @@
 //!
 //! Runtime backends use the same functions, so a report is the same bits whichever target summed it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Why partial sums could not be built, merged or finished.
@@ -60,8 +60,9 @@ pub enum ReportError {
     },
 }
 
-/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree (what a run ships to
+/// whoever merges: its blocks and the run's path count, rebuilt by `PartialSums::from_blocks`).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     pub start: u64,
     pub log2_len: u32,
@@ -494,6 +495,32 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(4096, 12)]
         );
+    }
+
+    #[test]
+    fn padded_workgroup_blocks_merge_with_leaf_runs() {
+        // 1000 paths; a backend sums workgroups of 256 leaves with zero padding past the end.
+        let leaves: Vec<f64> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f64 * 1e-3 - 0.37)
+            .collect();
+        let blocks: Vec<Block> = (0..4u64)
+            .map(|w| Block {
+                start: 256 * w,
+                log2_len: 8,
+                sum: naive_tree(&leaves, 256 * w as usize, 256),
+            })
+            .collect();
+        let gpu = PartialSums::from_blocks(1000, &blocks).unwrap();
+        assert_eq!(gpu.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
+        let mut cpu = PartialSums::from_leaves(1000, 0, &leaves[..512]).unwrap();
+        cpu.merge(&PartialSums::from_blocks(1000, &blocks[2..]).unwrap())
+            .unwrap();
+        assert_eq!(cpu.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
+        assert_eq!(cpu, gpu);
+        // The padded block overlaps a leaf run of the same paths.
+        let tail = PartialSums::from_leaves(1000, 992, &leaves[992..]).unwrap();
+        let mut g = PartialSums::from_blocks(1000, &blocks[3..]).unwrap();
+        assert!(matches!(g.merge(&tail), Err(ReportError::Overlap { .. })));
     }
 
     #[test]
