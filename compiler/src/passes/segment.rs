@@ -136,7 +136,9 @@ pub fn choose_cuts(cross: &[u32], n: usize, count: u32) -> Vec<u32> {
 }
 
 /// Cuts the tape into segments and decides which values persist (the module doc is the contract).
-/// Assumes a verified tape; `liveness` must be `liveness(tape)`.
+/// Assumes a verified tape; `liveness` must be `liveness(tape)`. Its `last_use` counts reads by
+/// dead nodes, so the crossing rule uses the last *live* reader ([`live_last_read`], from the tape
+/// and its activity) and only cross-checks it against `liveness` in debug builds.
 pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> SegmentPlan {
     let n = tape.len();
     let act = super::activity(tape);
