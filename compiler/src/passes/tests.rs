@@ -1,10 +1,10 @@
 //! Tests of segmentation, opacity, the pipeline, max_live and explain.
 
 use super::fixtures::{asian, european};
-use crate::testing::arb_tape;
 use super::*;
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{BinaryOp, Input, Node, NodeId, Output, Tape, UnaryOp};
+use crate::testing::arb_tape;
 use proptest::prelude::*;
 
 fn opts(segments: Option<u32>) -> SegmentOptions {
