@@ -117,7 +117,7 @@ pub struct Kernel {
 }
 
 /// Why a kernel could not be emitted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EmitError {
     #[error("target {0} is not a C-like kernel target (the CPU target is compiled by the JIT)")]
     NotAKernelTarget(&'static str),
@@ -125,6 +125,8 @@ pub enum EmitError {
     WorkgroupSize(u32),
     #[error("target {target} cannot {what}")]
     Unsupported { target: &'static str, what: String },
+    #[error("constant {value:e} at {node} overflows {precision} (it would be an infinity)")]
+    ConstOverflow { node: NodeId, value: f64, precision: &'static str },
     #[error("tape is malformed: {0}")]
     Tape(String),
     #[error("plan does not fit the tape: {0}")]
@@ -190,6 +192,16 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
                 target: opts.target.name(),
                 what: "compute exp, log or cos in f64 (GLSL 450 has them for float only); use f32".into(),
             });
+        }
+    }
+    if opts.precision == Precision::F32 {
+        for v in tape.ids().filter(|v| plan.activity.live[v.index()]) {
+            if let Node::Const(k) = *tape.node(v) {
+                let value = tape.consts[k as usize];
+                if !(value as f32).is_finite() {
+                    return Err(EmitError::ConstOverflow { node: v, value, precision: "f32" });
+                }
+            }
         }
     }
     let source = skeleton::render(&body, opts)?;
