@@ -46,8 +46,11 @@
 
 mod body;
 mod dialect;
-pub mod manifest;
+mod fill;
 mod skeleton;
+
+/// The manifest is the runtime's contract (crate `nablac-runtime`); the emitters fill it.
+pub use nablac_runtime::manifest;
 
 #[cfg(test)]
 mod tests;
@@ -205,7 +208,7 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
         }
     }
     let source = skeleton::render(&body, opts)?;
-    let manifest = manifest::build(tape, plan, opts, &body)?;
+    let manifest = fill::build(tape, plan, opts, &body)?;
     Ok(Kernel { source, manifest })
 }
 

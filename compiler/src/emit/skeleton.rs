@@ -84,7 +84,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let f64 = p == Precision::F64;
     let glsl = opts.target == Target::Glsl;
     let (normal, uniform) = body.draws_used();
-    let n_sums = super::manifest::sum_names(body.tape, opts.mode).len();
+    let n_sums = super::fill::sum_names(body.tape, opts.mode).len();
     let partial_index = if glsl {
         format!("group * {n_sums}u + s")
     } else {
@@ -108,7 +108,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let sk = Skeleton {
         version: env!("CARGO_PKG_VERSION"),
         kind: kind(body),
-        tape_hash: super::manifest::tape_hash(body.tape),
+        tape_hash: super::fill::tape_hash(body.tape),
         cuda: opts.target == Target::Cuda,
         opencl: opts.target == Target::Opencl,
         glsl,

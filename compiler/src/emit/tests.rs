@@ -325,11 +325,30 @@ fn section<'s>(src: &'s str, start: &str, end: &str) -> Vec<&'s str> {
     out
 }
 
+/// The test-only plans keep every invariant `passes::check_plan` checks.
+#[test]
+fn test_plans_pass_check_plan() {
+    for (name, tape, plan) in cases() {
+        crate::passes::check_plan(&tape, &plan).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let tape = poly();
+    crate::passes::check_plan(&tape, &plan_with_cuts(&tape, &[8], Checkpoint::Registers)).unwrap();
+    let tape = asian(252);
+    crate::passes::check_plan(&tape, &plan_with_cuts(&tape, &asian_cuts(252, 16), Checkpoint::Registers)).unwrap();
+}
+
+/// The real planner's plan at `segments` segments of `strategy`.
+pub(super) fn planned(tape: &Tape, segments: u32, strategy: Checkpoint) -> Plan {
+    let opts = crate::plan::SegmentOptions { strategy, segments: Some(segments), ..Default::default() };
+    crate::passes::plan(tape, &opts)
+}
+
 #[test]
 fn asian_252_at_16_segments_in_glsl() {
     let tape = asian(252);
     assert_eq!(tape.len(), 1536);
-    let plan = plan_with_cuts(&tape, &asian_cuts(252, 16), Checkpoint::Registers);
+    let plan = planned(&tape, 16, Checkpoint::Registers);
+    assert_eq!(plan.segments.segments.len(), 16);
     assert_eq!(plan.segments.persistent.len(), 38);
     let k = emit(&tape, &plan, &opts(Target::Glsl, Mode::Reverse)).unwrap();
     let src = &k.source;
@@ -634,12 +653,12 @@ fn errors_name_the_problem() {
 #[test]
 fn tape_hash_is_the_binary_form() {
     let tape = european();
-    let bin = manifest::tape_binary(&tape);
+    let bin = fill::tape_binary(&tape);
     assert_eq!(&bin[..4], b"NTAP");
     // header 32 + inputs 5*(2+len+8) + output (4+2+5) + consts 2*8 + nodes 24*12 + crc 4
     let names: usize = tape.inputs.iter().map(|i| 2 + i.name.len() + 8).sum();
     assert_eq!(bin.len(), 32 + names + 11 + 16 + 24 * 12 + 4);
     let crc = crc32fast::hash(&bin[..bin.len() - 4]);
     assert_eq!(bin[bin.len() - 4..], crc.to_le_bytes());
-    assert_ne!(manifest::tape_hash(&tape), manifest::tape_hash(&asian(1)));
+    assert_ne!(fill::tape_hash(&tape), fill::tape_hash(&asian(1)));
 }
