@@ -8,12 +8,14 @@
 //!
 //! Each arrow is one function with a typed result; nothing goes backwards.
 
+pub mod corpus;
 pub mod emit;
 pub mod format;
 pub mod jit;
 pub mod passes;
-pub mod philox;
 pub mod plan;
+/// The draws and the fixed-order sums are the runtime's contracts, shared with every backend.
+pub use nablac_runtime::{philox, report};
 pub mod products;
 pub mod record;
 pub mod reference;

@@ -1,0 +1,27 @@
+//! Tapes for the passes' tests, from the product recorder (`crate::products`) at the default market.
+//! Random tapes come from `crate::testing::arb_tape`.
+
+use crate::products::{record, Market, Options, Product};
+use crate::tape::Tape;
+
+/// `product` with `steps` steps (other options at their defaults), recorded at the default market.
+pub fn product(product: Product, steps: Option<u32>) -> Tape {
+    let mut options = Options::defaults(product);
+    if let Some(steps) = steps {
+        options.steps = steps;
+    }
+    match record(product, &options, &Market::default()) {
+        Ok(tape) => tape,
+        Err(e) => panic!("recording {} failed: {e}", product.name()),
+    }
+}
+
+/// The arithmetic Asian call over `steps` steps: 15 + 6·steps + 9 nodes, the reference layout.
+pub fn asian(steps: u32) -> Tape {
+    product(Product::AsianCall, Some(steps))
+}
+
+/// The European call: 24 nodes, one draw.
+pub fn european() -> Tape {
+    product(Product::EuropeanCall, None)
+}

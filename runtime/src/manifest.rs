@@ -1,0 +1,126 @@
+//! The manifest: what a host needs to launch an emitted kernel, written beside it as `FILE.json`.
+//!
+//! A host that never saw the tape launches the kernel from source and manifest alone. The
+//! manifest is the contract between `nablac` and `nablac-runtime` (and users' own hosts);
+//! field names are stable, and a change bumps `MANIFEST_VERSION`.
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped on any incompatible change to the manifest or to the kernel ABI it describes.
+pub const MANIFEST_VERSION: u32 = 1;
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    Cuda,
+    Opencl,
+    Glsl,
+    /// Cranelift IR text (CLIF), JIT-compiled by the runtime's CPU backend.
+    Cpu,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Cuda => "cuda",
+            Target::Opencl => "opencl",
+            Target::Glsl => "glsl",
+            Target::Cpu => "cpu",
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Value (and its square, for the standard error) only.
+    Price,
+    /// Value and every Greek, by the adjoint (reverse) sweep.
+    Reverse,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    F32,
+    F64,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F64 => "f64",
+        }
+    }
+}
+
+/// How the reverse sweep gets forward values back.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpoint {
+    /// Plain kernel: every forward value the reverse sweep reads stays alive.
+    Off,
+    /// Register recompute: persistent values stay in registers; each reverse segment re-runs
+    /// its forward lines from them (GLSL default; offered for CUDA and OpenCL).
+    Registers,
+    /// Values crossing a cut go to a per-path global scratch buffer (CUDA and OpenCL).
+    Scratch,
+}
+
+/// One kernel parameter, buffer or push constant, in binding order.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Param {
+    pub name: String,
+    /// Scalar type (`u32`, `u64`, `f32`, `f64`) or `ptr<T>` / `buffer<T>` for memory.
+    pub ty: String,
+    /// Kernel argument index (CUDA, OpenCL), descriptor binding (GLSL buffers) or byte offset
+    /// in the push-constant block (GLSL push constants).
+    pub binding: u32,
+    /// `input` (host writes), `output` (host reads), `scratch` (device only), `push` (GLSL push
+    /// constant), `value` (by-value kernel argument).
+    pub role: String,
+    /// What it holds, in words, including element counts in terms of the other fields.
+    pub doc: String,
+}
+
+/// Everything a host needs to launch the kernel and turn its partial sums into a report.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct Manifest {
+    pub manifest_version: u32,
+    pub nablac_version: String,
+    pub target: Target,
+    pub entry_point: String,
+    pub mode: Mode,
+    pub precision: Precision,
+    /// Input names, in the order of the inputs buffer (and of each output's Greeks).
+    pub inputs: Vec<String>,
+    /// The values the tape was recorded at: the default market.
+    pub input_defaults: Vec<f64>,
+    pub outputs: Vec<String>,
+    /// Per-path sums in the order of the partials buffer: for each output O (in output order),
+    /// `value:O`, `value_sq:O` (the square of the f64 value), then (reverse mode)
+    /// `greek:O:I` for each input I in input order.
+    pub sums: Vec<String>,
+    pub params: Vec<Param>,
+    /// Threads per workgroup (a power of two); one path per thread.
+    pub workgroup_size: u32,
+    /// Segment blocks of the reverse sweep (1 for price and plain kernels).
+    pub segments: u32,
+    /// The checkpoint strategy the kernel uses (`off` for price and plain kernels).
+    pub checkpoint: Checkpoint,
+    /// Values declared at the kernel's top level by a checkpointed kernel (0 otherwise).
+    pub persistent: u32,
+    /// Scratch strategy: f32/f64 slots per path in the scratch buffer (0 otherwise).
+    pub scratch_slots_per_path: u32,
+    /// `soa` (`scratch[slot * invocations + tid]`) or `aos`; empty when there is no scratch.
+    pub scratch_layout: String,
+    /// The tape's `n_draws`.
+    pub draws: u32,
+    /// SHA-256 (lower-case hex) of the tape's binary form (TAPE-FORMAT.md `.bin`, CRC included).
+    pub tape_hash: String,
+    /// Options the host's compiler needs for bit-reproducible results (`--fmad=false` for NVRTC;
+    /// `-cl-fp32-correctly-rounded-divide-sqrt` for OpenCL); empty for GLSL.
+    #[serde(default)]
+    pub compile_options: Vec<String>,
+}
