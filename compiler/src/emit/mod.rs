@@ -49,6 +49,9 @@ mod dialect;
 mod fill;
 mod skeleton;
 
+#[cfg(test)]
+mod snapshots;
+
 /// The manifest is the runtime's contract (crate `nablac-runtime`); the emitters fill it.
 pub use nablac_runtime::manifest;
 

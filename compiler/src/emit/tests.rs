@@ -251,6 +251,8 @@ pub(super) fn cases() -> Vec<(&'static str, Tape, Plan)> {
         ("asian8", a.clone(), plain_plan(&a)),
         ("asian8_ckpt2", a.clone(), plan_with_cuts(&a, &cuts, Checkpoint::Registers)),
         ("asian8_scratch2", a.clone(), plan_with_cuts(&a, &cuts, Checkpoint::Scratch)),
+        ("poly", poly(), plain_plan(&poly())),
+        ("poly_ckpt2", poly(), plan_with_cuts(&poly(), &[8], Checkpoint::Registers)),
     ]
 }
 
@@ -661,4 +663,14 @@ fn tape_hash_is_the_binary_form() {
     let crc = crc32fast::hash(&bin[..bin.len() - 4]);
     assert_eq!(bin[bin.len() - 4..], crc.to_le_bytes());
     assert_ne!(fill::tape_hash(&tape), fill::tape_hash(&asian(1)));
+}
+
+#[test]
+#[ignore = "prints the f64 reference for comparison with a kernel run by hand"]
+fn print_reference() {
+    for (name, tape) in [("european", european()), ("asian8", asian(8))] {
+        let inputs = crate::reference::recorded_inputs(&tape);
+        let r = crate::reference::evaluate(&tape, &inputs, 42, 4096).unwrap();
+        println!("{name}: {r:?}");
+    }
 }
