@@ -4,7 +4,6 @@ use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};
 use super::body::Body;
 use super::EmitOptions;
 use crate::tape::Tape;
-use sha2::{Digest, Sha256};
 
 /// The sum names in partials order (see [`Manifest::sums`]).
 pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
@@ -19,49 +18,6 @@ pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
         }
     }
     sums
-}
-
-/// The tape's binary form (TAPE-FORMAT.md), CRC included: what [`tape_hash`] hashes.
-pub fn tape_binary(tape: &Tape) -> Vec<u8> {
-    let mut b: Vec<u8> = Vec::new();
-    let u32le = |b: &mut Vec<u8>, x: u32| b.extend_from_slice(&x.to_le_bytes());
-    let name = |b: &mut Vec<u8>, s: &str| {
-        b.extend_from_slice(&(s.len() as u16).to_le_bytes());
-        b.extend_from_slice(s.as_bytes());
-    };
-    b.extend_from_slice(b"NTAP");
-    b.extend_from_slice(&1u16.to_le_bytes());
-    b.extend_from_slice(&0u16.to_le_bytes());
-    for count in [tape.inputs.len(), tape.outputs.len(), tape.consts.len(), tape.nodes.len()] {
-        u32le(&mut b, count as u32);
-    }
-    u32le(&mut b, tape.n_draws);
-    u32le(&mut b, 0);
-    for input in &tape.inputs {
-        name(&mut b, &input.name);
-        b.extend_from_slice(&input.value.to_le_bytes());
-    }
-    for out in &tape.outputs {
-        u32le(&mut b, out.node.0);
-        name(&mut b, &out.name);
-    }
-    for c in &tape.consts {
-        b.extend_from_slice(&c.to_le_bytes());
-    }
-    for node in &tape.nodes {
-        let (op, x, y) = node.encode();
-        b.extend_from_slice(&[op, 0, 0, 0]);
-        u32le(&mut b, x);
-        u32le(&mut b, y);
-    }
-    let crc = crc32fast::hash(&b);
-    u32le(&mut b, crc);
-    b
-}
-
-/// SHA-256 of the tape's binary form, lower-case hex.
-pub fn tape_hash(tape: &Tape) -> String {
-    Sha256::digest(tape_binary(tape)).iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn param(name: &str, ty: String, binding: u32, role: &str, doc: String) -> Param {
@@ -146,7 +102,7 @@ pub(super) fn build(tape: &Tape, plan: &crate::plan::Plan, opts: &EmitOptions, b
         scratch_slots_per_path: scratch_slots.unwrap_or(0),
         scratch_layout: body.scratch.as_ref().map_or(String::new(), |s| s.layout.name().into()),
         draws: tape.n_draws,
-        tape_hash: tape_hash(tape),
+        tape_hash: crate::format::content_hash(tape),
         compile_options: match opts.target {
             Target::Cuda => vec!["--fmad=false".into()],
             Target::Opencl => vec!["-cl-fp32-correctly-rounded-divide-sqrt".into()],

@@ -109,7 +109,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let sk = Skeleton {
         version: env!("CARGO_PKG_VERSION"),
         kind: kind(body),
-        tape_hash: super::fill::tape_hash(body.tape),
+        tape_hash: crate::format::content_hash(body.tape),
         cuda: opts.target == Target::Cuda,
         opencl: opts.target == Target::Opencl,
         glsl,

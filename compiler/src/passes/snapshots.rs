@@ -5,7 +5,8 @@
 //! corpus lands, glob `tests/in/*.ntape` here (insta's `glob!`), read each with the format reader,
 //! take its options from the sidecar, and keep these in-memory cases alongside.
 
-use super::fixtures::{asian, european};
+use super::fixtures::{asian, european, product};
+use crate::products::Product;
 use super::{explain, plan, plan_listing};
 use crate::plan::{Checkpoint, SegmentOptions};
 use crate::tape::Tape;
@@ -37,4 +38,6 @@ fn plan_snapshots() {
     check("asian8_scratch_seg20", &asian(8), &scratch);
     check("european_default", &european(), &SegmentOptions::default());
     check("european_registers_3", &european(), &registers(Some(3)));
+    check("barrier4_registers_3", &product(Product::Barrier, Some(4)), &registers(Some(3)));
+    check("basket3_registers_2", &product(Product::Basket, Some(2)), &registers(Some(2)));
 }
