@@ -79,21 +79,34 @@ fn in_code_tapes() {
     }
 }
 
-/// The shared corpus `tests/in/*.ntape` (options in a sidecar `.toml`). Skips, saying so, while
-/// the corpus folder does not exist.
+/// The shared corpus `tests/in/*.ntape` (`crate::corpus`): every case at each of its sidecar's
+/// segment counts, planned by `passes::plan` (register recompute; S = 1 is the plain kernel),
+/// emitted f32 reverse for each target as `corpus_<case>_s<S>`, and, checkpointed, with the
+/// scratch strategy for CUDA and OpenCL as `corpus_<case>_s<S>_scratch`.
 #[test]
 fn corpus() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/in");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
+    let dir = crate::corpus::dir();
+    if !dir.exists() {
         eprintln!("emit corpus: {} does not exist yet; skipped", dir.display());
         return;
-    };
-    let mut tapes: Vec<_> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "ntape"))
-        .collect();
-    tapes.sort();
-    // The text reader (crate::format::read_text) is not on main yet: once it is, each tape is
-    // read, planned with its sidecar options and snapshotted per target as `corpus_<stem>`.
-    eprintln!("emit corpus: {} tapes found; the text reader is not wired yet; skipped", tapes.len());
+    }
+    let cases = crate::corpus::load(&dir).unwrap();
+    assert!(!cases.is_empty());
+    for case in &cases {
+        for &s in &case.options.segments {
+            for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
+                let mut strategies = vec![Checkpoint::Registers];
+                if s > 1 && target != Target::Glsl {
+                    strategies.push(Checkpoint::Scratch);
+                }
+                for strategy in strategies {
+                    let plan = planned(&case.tape, s, strategy);
+                    let o = EmitOptions { target, ..EmitOptions::default() };
+                    let k = emit(&case.tape, &plan, &o).unwrap_or_else(|e| panic!("{} at {s}: {e}", case.name));
+                    let suffix = if strategy == Checkpoint::Scratch { "_scratch" } else { "" };
+                    snapshot(target, &format!("corpus_{}_s{s}{suffix}", case.name), &k.source);
+                }
+            }
+        }
+    }
 }
