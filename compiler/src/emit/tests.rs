@@ -413,6 +413,11 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     assert!(src.contains("if (v0 > 0.0f) d0_0 += d4_0; else if (v0 < 0.0f) d0_0 -= d4_0;"));
     assert!(src.contains("d5_0 += d6_0 * 0.5f / v6;"));
     assert!(src.contains("d6_0 -= d7_0 * v7 / v6;"));
+    // Lane 1 (output `second` = -%12 - %0) runs only its cone: %14, %13, %12's rules and below;
+    // %12 is in both cones, %14 and %13 only in lane 1's.
+    assert!(src.contains("d13_1 += d14_1;"));
+    assert!(!src.contains("d13_0 += d14_0;"));
+    assert!(!src.contains("d12_0 -= d13_0;"));
     // Leaves: per output value, value², then one Greek per input.
     let k = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap();
     assert_eq!(
