@@ -117,7 +117,7 @@ pub struct Manifest {
     pub scratch_layout: String,
     /// The tape's `n_draws`.
     pub draws: u32,
-    /// SHA-256 (lower-case hex) of the tape's binary form (TAPE-FORMAT.md `.bin`, CRC included).
+    /// SHA-256 (lower-case hex) of the tape's canonical binary form (`nablac::format::content_hash`).
     pub tape_hash: String,
     /// Options the host's compiler needs for bit-reproducible results (`--fmad=false` for NVRTC;
     /// `-cl-fp32-correctly-rounded-divide-sqrt` for OpenCL); empty for GLSL.

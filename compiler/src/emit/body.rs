@@ -8,7 +8,9 @@
 //! persistent value inside a reverse block. Constants are literals at every use.
 //!
 //! Several outputs share one reverse sweep that carries a vector of adjoints, one lane per output
-//! (so a checkpointed kernel recomputes each segment once, not once per output).
+//! (so a checkpointed kernel recomputes each segment once, not once per output). Lane o runs the
+//! adjoint rules of output o's backward cone only, exactly the nodes the reference's reverse sweep
+//! for that output visits, so a non-finite value outside the cone never reaches its Greeks.
 
 use super::dialect::{binary_op, real, unary_op, Dialect};
 use super::manifest::{Mode, Precision};
@@ -36,6 +38,31 @@ pub(super) struct Body<'a> {
     pub scratch: Option<Scratch>,
     /// The 64-bit index type of the scratch address (C dialects only).
     pub index64: &'static str,
+    /// `cones[o][v]`: node v is in output o's backward cone (empty with a single output, whose
+    /// cone is `activity.live`).
+    pub cones: Vec<Vec<bool>>,
+}
+
+/// Each output's backward cone: the nodes it depends on, itself included (see [`Body::cones`]).
+pub(super) fn cones(tape: &Tape) -> Vec<Vec<bool>> {
+    if tape.outputs.len() < 2 {
+        return Vec::new();
+    }
+    tape.outputs
+        .iter()
+        .map(|out| {
+            let mut cone = vec![false; tape.len()];
+            cone[out.node.index()] = true;
+            for v in tape.ids().rev() {
+                if cone[v.index()] {
+                    for a in tape.node(v).args() {
+                        cone[a.index()] = true;
+                    }
+                }
+            }
+            cone
+        })
+        .collect()
 }
 
 /// Lines of source with an indentation level.
@@ -158,6 +185,9 @@ impl<'a> Body<'a> {
         let node = *self.tape.node(v);
         let c = name(v);
         for o in 0..self.lanes() {
+            if self.cones.get(o).is_some_and(|cone| !cone[v.index()]) {
+                continue;
+            }
             let d = self.dname(v, o);
             let mut lines: Vec<String> = Vec::new();
             let act = |a: NodeId| self.active(a);

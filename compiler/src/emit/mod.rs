@@ -49,6 +49,9 @@ mod dialect;
 mod fill;
 mod skeleton;
 
+#[cfg(test)]
+mod snapshots;
+
 /// The manifest is the runtime's contract (crate `nablac-runtime`); the emitters fill it.
 pub use nablac_runtime::manifest;
 
@@ -182,6 +185,7 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
         annotate: opts.annotate,
         scratch,
         index64: if opts.target == Target::Cuda { "unsigned long long" } else { "ulong" },
+        cones: body::cones(tape),
     };
     body.check_reads().map_err(EmitError::Plan)?;
     if opts.target == Target::Glsl && opts.precision == Precision::F64 {

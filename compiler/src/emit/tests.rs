@@ -4,7 +4,8 @@
 use super::*;
 use crate::passes::{activity, liveness};
 use crate::plan::{Checkpoint, OpacityPlan, Plan, Segment, SegmentPlan};
-use crate::tape::{BinaryOp, DrawKind, Input, Node, NodeId, Output, Tape, UnaryOp};
+use crate::products::{record, Market, Options, Product};
+use crate::tape::{BinaryOp, Input, Node, NodeId, Output, Tape, UnaryOp};
 use std::collections::BTreeSet;
 
 // ---------------------------------------------------------------------------------------------
@@ -33,9 +34,6 @@ impl Rec {
         let k = self.tape.consts.len() as u32 - 1;
         self.push(Node::Const(k))
     }
-    fn normal(&mut self, k: u32) -> NodeId {
-        self.push(Node::Draw(DrawKind::Normal, k))
-    }
     fn bin(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
         self.push(Node::Binary(op, a, b))
     }
@@ -49,76 +47,23 @@ impl Rec {
     }
 }
 
-/// European call: 24 nodes, one draw.
+/// The European call from the product recorder (24 nodes, one draw), at the default market.
 pub(super) fn european() -> Tape {
-    use BinaryOp::*;
-    let mut r = Rec::new();
-    let spot = r.input("spot", 100.0);
-    let strike = r.input("strike", 100.0);
-    let vol = r.input("vol", 0.2);
-    let rate = r.input("rate", 0.05);
-    let mat = r.input("maturity", 1.0);
-    let v2 = r.bin(Mul, vol, vol);
-    let half = r.c(0.5);
-    let hv2 = r.bin(Mul, v2, half);
-    let mu = r.bin(Sub, rate, hv2);
-    let drift = r.bin(Mul, mu, mat);
-    let sq = r.un(UnaryOp::Sqrt, mat);
-    let vs = r.bin(Mul, vol, sq);
-    let z = r.normal(0);
-    let dz = r.bin(Mul, vs, z);
-    let x = r.bin(Add, drift, dz);
-    let g = r.un(UnaryOp::Exp, x);
-    let st = r.bin(Mul, spot, g);
-    let ex = r.bin(Sub, st, strike);
-    let zero = r.c(0.0);
-    let pay = r.bin(Max, ex, zero);
-    let rt = r.bin(Mul, rate, mat);
-    let nrt = r.un(UnaryOp::Neg, rt);
-    let df = r.un(UnaryOp::Exp, nrt);
-    let price = r.bin(Mul, pay, df);
-    r.finish(&[("price", price)])
+    product(Product::EuropeanCall, None)
 }
 
-/// Arithmetic Asian call with `steps` monitoring dates: 15 + 6 * steps + 9 nodes (1536 at 252),
-/// laid out as the seed article's listing (step k occupies nodes 15 + 6k .. 21 + 6k).
+/// The arithmetic Asian call with `steps` monitoring dates from the product recorder: the
+/// reference layout of 15 + 6 * steps + 9 nodes (1536 at 252; step k occupies 15 + 6k .. 21 + 6k).
 pub(super) fn asian(steps: u32) -> Tape {
-    use BinaryOp::*;
-    let mut r = Rec::new();
-    let spot = r.input("spot", 100.0);
-    let strike = r.input("strike", 100.0);
-    let vol = r.input("vol", 0.2);
-    let rate = r.input("rate", 0.05);
-    let mat = r.input("maturity", 1.0);
-    let v2 = r.bin(Mul, vol, vol);
-    let half = r.c(0.5);
-    let hv2 = r.bin(Mul, v2, half);
-    let mu = r.bin(Sub, rate, hv2);
-    let inv_n = r.c(1.0 / f64::from(steps));
-    let dt = r.bin(Mul, mat, inv_n);
-    let drift = r.bin(Mul, mu, dt);
-    let sdt = r.un(UnaryOp::Sqrt, dt);
-    let vs = r.bin(Mul, vol, sdt);
-    let mut sum = r.c(0.0);
-    let mut s = spot;
-    for k in 0..steps {
-        let z = r.normal(k);
-        let dz = r.bin(Mul, vs, z);
-        let x = r.bin(Add, drift, dz);
-        let g = r.un(UnaryOp::Exp, x);
-        s = r.bin(Mul, s, g);
-        sum = r.bin(Add, sum, s);
+    product(Product::AsianCall, Some(steps))
+}
+
+fn product(p: Product, steps: Option<u32>) -> Tape {
+    let mut options = Options::defaults(p);
+    if let Some(steps) = steps {
+        options.steps = steps;
     }
-    let n = r.c(f64::from(steps));
-    let avg = r.bin(Div, sum, n);
-    let ex = r.bin(Sub, avg, strike);
-    let zero = r.c(0.0);
-    let pay = r.bin(Max, ex, zero);
-    let rt = r.bin(Mul, rate, mat);
-    let nrt = r.un(UnaryOp::Neg, rt);
-    let df = r.un(UnaryOp::Exp, nrt);
-    let price = r.bin(Mul, pay, df);
-    r.finish(&[("price", price)])
+    record(p, &options, &Market::default()).unwrap_or_else(|e| panic!("recording {}: {e}", p.name()))
 }
 
 /// The cuts at the starts of the Asian's steps `floor(s * steps / segments)`, s = 1..segments.
@@ -251,6 +196,8 @@ pub(super) fn cases() -> Vec<(&'static str, Tape, Plan)> {
         ("asian8", a.clone(), plain_plan(&a)),
         ("asian8_ckpt2", a.clone(), plan_with_cuts(&a, &cuts, Checkpoint::Registers)),
         ("asian8_scratch2", a.clone(), plan_with_cuts(&a, &cuts, Checkpoint::Scratch)),
+        ("poly", poly(), plain_plan(&poly())),
+        ("poly_ckpt2", poly(), plan_with_cuts(&poly(), &[8], Checkpoint::Registers)),
     ]
 }
 
@@ -466,6 +413,11 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     assert!(src.contains("if (v0 > 0.0f) d0_0 += d4_0; else if (v0 < 0.0f) d0_0 -= d4_0;"));
     assert!(src.contains("d5_0 += d6_0 * 0.5f / v6;"));
     assert!(src.contains("d6_0 -= d7_0 * v7 / v6;"));
+    // Lane 1 (output `second` = -%12 - %0) runs only its cone: %14, %13, %12's rules and below;
+    // %12 is in both cones, %14 and %13 only in lane 1's.
+    assert!(src.contains("d13_1 += d14_1;"));
+    assert!(!src.contains("d13_0 += d14_0;"));
+    assert!(!src.contains("d12_0 -= d13_0;"));
     // Leaves: per output value, value², then one Greek per input.
     let k = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap();
     assert_eq!(
@@ -525,7 +477,7 @@ fn manifest_describes_the_abi() {
         assert_eq!(m.manifest_version, MANIFEST_VERSION);
         assert_eq!(m.target, target);
         assert_eq!(m.inputs, ["spot", "strike", "vol", "rate", "maturity"]);
-        assert_eq!(m.input_defaults, [100.0, 100.0, 0.2, 0.05, 1.0]);
+        assert_eq!(m.input_defaults, [100.0, 100.0, 0.2, 0.03, 1.0]);
         assert_eq!(m.outputs, ["price"]);
         assert_eq!(m.sums.len(), 7);
         assert_eq!(m.workgroup_size, 256);
@@ -656,4 +608,14 @@ fn tape_hash_is_the_content_hash() {
     let k = emit(&tape, &plain_plan(&tape), &EmitOptions::default()).unwrap();
     assert_eq!(k.manifest.tape_hash, crate::format::content_hash(&tape));
     assert_ne!(crate::format::content_hash(&tape), crate::format::content_hash(&asian(1)));
+}
+
+#[test]
+#[ignore = "prints the f64 reference for comparison with a kernel run by hand"]
+fn print_reference() {
+    for (name, tape) in [("european", european()), ("asian8", asian(8))] {
+        let inputs = crate::reference::recorded_inputs(&tape);
+        let r = crate::reference::evaluate(&tape, &inputs, 42, 4096).unwrap();
+        println!("{name}: {r:?}");
+    }
 }
