@@ -39,7 +39,22 @@ use cranelift_codegen::isa::TargetFrontendConfig;
 use target_lexicon::PointerWidth;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
+/// Constants defined once in the entry block (so the text stays short), in the kernel precision.
+struct K {
+    zero: Value,
+    one: Value,
+    mone: Value,
+    half: Value,
+    mtwo: Value,
+    tau: Value,
+    scale: Value,
+    m0: Value,
+    m1: Value,
+    stream: [Value; 2],
+}
+
 struct Ctx<'a> {
+    k: K,
     precision: Precision,
     exp: FuncRef,
     log: FuncRef,
@@ -70,9 +85,7 @@ impl Ctx<'_> {
 }
 
 /// Philox4x32-10 of `counter` under the precomputed round keys, as CLIF (TAPE-FORMAT.md, Draws).
-fn philox(b: &mut FunctionBuilder, keys: &[(Value, Value)], counter: [Value; 4]) -> [Value; 4] {
-    let m0 = b.ins().iconst(types::I32, i64::from(M0));
-    let m1 = b.ins().iconst(types::I32, i64::from(M1));
+fn philox(b: &mut FunctionBuilder, (m0, m1): (Value, Value), keys: &[(Value, Value)], counter: [Value; 4]) -> [Value; 4] {
     let [mut c0, mut c1, mut c2, mut c3] = counter;
     for &(k0, k1) in keys {
         let hi0 = b.ins().umulhi(m0, c0);
@@ -98,8 +111,8 @@ fn draw(
     k: u32,
 ) -> Value {
     let ck = b.ins().iconst(types::I32, i64::from(k));
-    let stream = b.ins().iconst(types::I32, i64::from(matches!(kind, DrawKind::Uniform)));
-    let x = philox(b, keys, [ck, path.0, path.1, stream]);
+    let stream = cx.k.stream[usize::from(kind == DrawKind::Uniform)];
+    let x = philox(b, (cx.k.m0, cx.k.m1), keys, [ck, path.0, path.1, stream]);
     let (u1, u2) = match cx.precision {
         Precision::F64 => {
             let word = |b: &mut FunctionBuilder, hi: Value, lo: Value| {
@@ -110,8 +123,7 @@ fn draw(
                 let w = b.ins().ushr_imm_u(w, 11);
                 b.ins().fcvt_from_uint(types::F64, w)
             };
-            let scale = b.ins().f64const(1.0 / 9_007_199_254_740_992.0);
-            let half = b.ins().f64const(0.5);
+            let (scale, half) = (cx.k.scale, cx.k.half);
             let a = word(b, x[0], x[1]);
             let a = b.ins().fadd(a, half);
             let u1 = b.ins().fmul(a, scale);
@@ -124,8 +136,7 @@ fn draw(
             (u1, u2)
         }
         Precision::F32 => {
-            let scale = b.ins().f32const(1.0f32 / 16_777_216.0);
-            let half = b.ins().f32const(0.5f32);
+            let (scale, half) = (cx.k.scale, cx.k.half);
             let a = b.ins().ushr_imm_u(x[0], 8);
             let a = b.ins().fcvt_from_uint(types::F32, a);
             let a = b.ins().fadd(a, half);
@@ -145,14 +156,9 @@ fn draw(
         Some(u2) => {
             // sqrt(-2 * ln(u1)) * cos(TAU * u2), every step in the kernel precision.
             let l = cx.call1(b, cx.log, u1);
-            let m2 = cx.fconst(b, -2.0);
-            let t = b.ins().fmul(m2, l);
+            let t = b.ins().fmul(cx.k.mtwo, l);
             let r = b.ins().sqrt(t);
-            let tau = match cx.precision {
-                Precision::F64 => b.ins().f64const(std::f64::consts::TAU),
-                Precision::F32 => b.ins().f32const(std::f32::consts::TAU),
-            };
-            let arg = b.ins().fmul(tau, u2);
+            let arg = b.ins().fmul(cx.k.tau, u2);
             let c = cx.call1(b, cx.cos, arg);
             b.ins().fmul(r, c)
         }
@@ -231,13 +237,13 @@ impl Adjoints {
 /// One reverse sweep from `out` (adjoint 1); returns the Greek of every input (+0.0 where none).
 fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]) -> Vec<Value> {
     let n_inputs = cx.tape.inputs.len();
-    let zero = cx.fconst(b, 0.0);
+    let zero = cx.k.zero;
     let mut greeks = vec![zero; n_inputs];
     if !cx.active[out.index()] {
         return greeks;
     }
     let mut t = Adjoints { adj: vec![None; cx.tape.len()], zero };
-    t.adj[out.index()] = Some(cx.fconst(b, 1.0));
+    t.adj[out.index()] = Some(cx.k.one);
     let v = |id: NodeId| val[id.index()].expect("live nodes have values");
     for i in (0..=out.index()).rev() {
         let Some(d) = t.adj[i] else { continue };
@@ -262,15 +268,12 @@ fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]
                         t.acc(cx, b, a, x, true)
                     }
                     UnaryOp::Sqrt => {
-                        let h = cx.fconst(b, 0.5);
-                        let x = b.ins().fmul(d, h);
+                        let x = b.ins().fmul(d, cx.k.half);
                         let x = b.ins().fdiv(x, c);
                         t.acc(cx, b, a, x, true)
                     }
                     UnaryOp::Abs => {
-                        let z = cx.fconst(b, 0.0);
-                        let p1 = cx.fconst(b, 1.0);
-                        let m1 = cx.fconst(b, -1.0);
+                        let (z, p1, m1) = (cx.k.zero, cx.k.one, cx.k.mone);
                         let gt = b.ins().fcmp(FloatCC::GreaterThan, va, z);
                         let lt = b.ins().fcmp(FloatCC::LessThan, va, z);
                         let s = b.ins().select(lt, m1, z);
@@ -351,7 +354,6 @@ pub(super) fn lower(tape: &Tape, activity: &Activity, opts: &Options, name: &str
             patchable: false,
         })
     });
-    let cx = Ctx { precision, exp, log, cos, tape, active: &activity.active };
     let live = &activity.live;
 
     // Path-dependent nodes: draws and everything that reads one.
@@ -377,6 +379,29 @@ pub(super) fn lower(tape: &Tape, activity: &Activity, opts: &Options, name: &str
     b.switch_to_block(entry);
     let params = b.block_params(entry).to_vec();
     let (inputs, seed, first, count, out) = (params[0], params[1], params[2], params[3], params[4]);
+    let fc = |b: &mut FunctionBuilder, x: f64| match precision {
+        Precision::F64 => b.ins().f64const(x),
+        Precision::F32 => b.ins().f32const(x as f32),
+    };
+    let k = K {
+        zero: fc(&mut b, 0.0),
+        one: fc(&mut b, 1.0),
+        mone: fc(&mut b, -1.0),
+        half: fc(&mut b, 0.5),
+        mtwo: fc(&mut b, -2.0),
+        tau: match precision {
+            Precision::F64 => b.ins().f64const(std::f64::consts::TAU),
+            Precision::F32 => b.ins().f32const(std::f32::consts::TAU),
+        },
+        scale: match precision {
+            Precision::F64 => b.ins().f64const(1.0 / 9_007_199_254_740_992.0),
+            Precision::F32 => b.ins().f32const(1.0f32 / 16_777_216.0),
+        },
+        m0: b.ins().iconst(types::I32, i64::from(M0)),
+        m1: b.ins().iconst(types::I32, i64::from(M1)),
+        stream: [b.ins().iconst(types::I32, 0), b.ins().iconst(types::I32, 1)],
+    };
+    let cx = Ctx { k, precision, exp, log, cos, tape, active: &activity.active };
     let flags = MemFlagsData::trusted();
     let mut val: Vec<Option<Value>> = vec![None; n];
     let seed_lo = b.ins().ireduce(types::I32, seed);

@@ -251,6 +251,11 @@ pub fn emit_with_activity(tape: &Tape, activity: &Activity, opts: &Options) -> R
     check(tape, activity)?;
     let manifest = manifest(tape, opts);
     let function = lower::lower(tape, activity, opts, &manifest.entry_point)?;
-    let source = function.display().to_string();
+    // Cranelift's printer, minus its `; v8 = 32` constant annotations (comments to the reader).
+    let mut source = String::new();
+    for line in function.display().to_string().lines() {
+        source.push_str(line.split_once("  ; ").map_or(line, |(code, _)| code));
+        source.push('\n');
+    }
     Ok(Kernel { source, manifest, function })
 }
