@@ -1,12 +1,339 @@
 //! nablac-runtime: loads kernels that nablac emitted (source + manifest) and runs them.
 //!
 //! This crate sits BELOW the compiler: it never sees a tape. It owns the contracts every host
-//! shares with the emitted code: the manifest (how to launch a kernel), the draws (`philox`) and
-//! the fixed-order sums that turn per-path leaves into a report (`report`). The compiler depends
-//! on it and re-exports those contracts; `nablac run` (in the compiler's binary) drives it.
+//! shares with the emitted code: the manifest (how to launch a kernel), the draws ([`philox`]), the CPU kernel ABI
+//! ([`cpu`]) and the fixed-order sums that turn per-path leaves into a report ([`report`]). The
+//! compiler depends on it and re-exports those contracts; `nablac run` drives it.
+//!
+//! ```text
+//! let backend = Backend::open(Target::Cpu)?;
+//! let kernel = backend.load(&source, &manifest)?;
+//! let reports = backend.run(&kernel, &[kernel.default_market()], paths, seed, &RunOptions::default())?;
+//! ```
+//!
+//! # Determinism
+//!
+//! A run over `paths` paths is cut into ranges whose ends are multiples of 1024 (or the path
+//! count). Each range's per-path leaves are summed into [`report::PartialSums`] (the maximal
+//! aligned blocks of the fixed summation tree), and the ranges' sums are merged; any cut and any
+//! merge order give the single run's bits. So a report depends only on (kernel, market, paths,
+//! seed): never on the thread count, the chunk size or the device.
+//!
+//! # Backends
+//!
+//! [`Backend`] is one enum with a variant per driver. Each variant implements one step,
+//! `range_sums(kernel, market, seed, paths, range) -> Vec<PartialSums>` (one per `manifest.sums`
+//! entry, over paths `range`), and declares the largest range it takes in one go
+//! ([`Backend::max_range`]; GPU backends: 2^27 paths per dispatch, the global path index carried in
+//! the launch). [`Backend::run`] does the rest: markets, ranges, merging, the report. The CPU
+//! backend spreads a range over threads in 1024-aligned chunks.
 
+pub mod cpu;
 pub mod manifest;
 pub mod philox;
 pub mod report;
 
-pub use manifest::Manifest;
+pub use manifest::{Manifest, Mode, Precision, Target};
+pub use report::{OutputReport, PartialSums, Report, ReportError};
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Path ranges given to one chunk or device start at multiples of this (TAPE-FORMAT.md, Results).
+pub const PATH_ALIGN: u64 = 1024;
+
+/// Why a kernel could not be loaded or run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("target {0} has no backend in this build")]
+    Unsupported(&'static str),
+    #[error("manifest: {0}")]
+    Manifest(String),
+    #[error("kernel: {0}")]
+    Kernel(String),
+    #[error("host: {0}")]
+    Host(String),
+    #[error("run: {0}")]
+    Run(String),
+    #[error("market {market}: {problem}")]
+    Market { market: usize, problem: String },
+    #[error("sums: {0}")]
+    Report(#[from] ReportError),
+    #[error("the kernel was loaded by the {kernel} backend, not by {backend}")]
+    WrongBackend { kernel: &'static str, backend: &'static str },
+}
+
+/// How far a run has got: reported after every chunk (from worker threads).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Progress {
+    /// The market being run (index into `markets`) and how many there are.
+    pub market: usize,
+    pub markets: usize,
+    /// Paths finished in this market, of `paths`.
+    pub done: u64,
+    pub paths: u64,
+}
+
+/// Knobs that change speed, never results.
+#[derive(Clone, Copy, Default)]
+pub struct RunOptions<'a> {
+    /// Worker threads (CPU); `None` = the available cores.
+    pub threads: Option<usize>,
+    /// Paths per chunk, a multiple of 1024; `None` picks one from the path and thread counts.
+    pub chunk_paths: Option<u64>,
+    /// Called after every chunk; must be cheap (a progress bar).
+    pub progress: Option<&'a (dyn Fn(Progress) + Sync)>,
+}
+
+impl std::fmt::Debug for RunOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("threads", &self.threads)
+            .field("chunk_paths", &self.chunk_paths)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// A driver that runs kernels of one target.
+#[derive(Debug)]
+pub enum Backend {
+    /// Cranelift JIT on this machine's cores.
+    Cpu,
+}
+
+/// A kernel loaded by a backend, with its manifest.
+#[derive(Debug)]
+pub struct LoadedKernel {
+    manifest: Manifest,
+    code: Code,
+}
+
+#[derive(Debug)]
+enum Code {
+    Cpu(cpu::Compiled),
+}
+
+impl LoadedKernel {
+    /// The manifest the kernel was loaded with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The market the tape was recorded at (`manifest.input_defaults`).
+    pub fn default_market(&self) -> Vec<f64> {
+        self.manifest.input_defaults.clone()
+    }
+}
+
+impl Backend {
+    /// The backend for `target`, or `Unsupported` when this build has no driver for it.
+    pub fn open(target: Target) -> Result<Backend, RuntimeError> {
+        match target {
+            Target::Cpu => Ok(Backend::Cpu),
+            other => Err(RuntimeError::Unsupported(other.name())),
+        }
+    }
+
+    /// The target this backend runs.
+    pub fn target(&self) -> Target {
+        match self {
+            Backend::Cpu => Target::Cpu,
+        }
+    }
+
+    /// The most paths one `range_sums` call takes (the CPU: unlimited; GPUs: 2^27 per dispatch).
+    pub fn max_range(&self) -> u64 {
+        match self {
+            Backend::Cpu => u64::MAX,
+        }
+    }
+
+    /// Loads `source` (kernel text in the manifest's target language) for this backend; checks the
+    /// manifest's version and target and the kernel against its ABI.
+    pub fn load(&self, source: &str, manifest: &Manifest) -> Result<LoadedKernel, RuntimeError> {
+        if manifest.manifest_version != manifest::MANIFEST_VERSION {
+            return Err(RuntimeError::Manifest(format!(
+                "version {} (this runtime reads version {})",
+                manifest.manifest_version,
+                manifest::MANIFEST_VERSION
+            )));
+        }
+        if manifest.target != self.target() {
+            return Err(RuntimeError::Manifest(format!(
+                "target {} given to the {} backend",
+                manifest.target.name(),
+                self.target().name()
+            )));
+        }
+        let code = match self {
+            Backend::Cpu => Code::Cpu(cpu::load(source, manifest)?),
+        };
+        Ok(LoadedKernel { manifest: manifest.clone(), code })
+    }
+
+    /// Runs `paths` paths of `kernel` under `seed` at each market (one input vector each, in
+    /// `manifest.inputs` order) and returns one report per market, in order. The bits depend only
+    /// on kernel, market, paths and seed (see the crate doc).
+    pub fn run(
+        &self,
+        kernel: &LoadedKernel,
+        markets: &[Vec<f64>],
+        paths: u64,
+        seed: u64,
+        opts: &RunOptions,
+    ) -> Result<Vec<Report>, RuntimeError> {
+        if paths == 0 {
+            return Err(ReportError::NoPaths.into());
+        }
+        if let Some(c) = opts.chunk_paths {
+            if c == 0 || c % PATH_ALIGN != 0 {
+                return Err(RuntimeError::Run(format!("chunk of {c} paths is not a positive multiple of {PATH_ALIGN}")));
+            }
+        }
+        if opts.threads == Some(0) {
+            return Err(RuntimeError::Run("0 threads".into()));
+        }
+        let m = &kernel.manifest;
+        let n_inputs = m.inputs.len();
+        for (i, market) in markets.iter().enumerate() {
+            if market.len() != n_inputs {
+                return Err(RuntimeError::Market {
+                    market: i,
+                    problem: format!("{} values for {} inputs", market.len(), n_inputs),
+                });
+            }
+        }
+        let row = cpu::row_len(m)?;
+        let per_output = row / m.outputs.len();
+        let max = self.max_range().max(PATH_ALIGN) / PATH_ALIGN * PATH_ALIGN;
+        let mut reports = Vec::with_capacity(markets.len());
+        for (mi, market) in markets.iter().enumerate() {
+            let mut sums: Vec<PartialSums> = (0..row).map(|_| PartialSums::empty(paths)).collect::<Result<_, _>>()?;
+            let mut start = 0u64;
+            while start < paths {
+                let end = start.saturating_add(max).min(paths);
+                let part = self.range_sums(kernel, market, seed, paths, start..end, opts, (mi, markets.len()))?;
+                for (s, p) in sums.iter_mut().zip(&part) {
+                    s.merge(p)?;
+                }
+                start = end;
+            }
+            let outputs = sums
+                .chunks(per_output)
+                .map(|c| report::OutputSums {
+                    value: c[0].clone(),
+                    square: c[1].clone(),
+                    greeks: c[2..].to_vec(),
+                })
+                .collect::<Vec<_>>();
+            let inputs: Vec<String> = if m.mode == Mode::Reverse { m.inputs.clone() } else { Vec::new() };
+            reports.push(Report::from_sums(&m.outputs, &inputs, &outputs)?);
+        }
+        Ok(reports)
+    }
+
+    /// The partial sums (one per `manifest.sums` entry) of paths `range` of a `paths`-path run.
+    #[allow(clippy::too_many_arguments)]
+    fn range_sums(
+        &self,
+        kernel: &LoadedKernel,
+        market: &[f64],
+        seed: u64,
+        paths: u64,
+        range: Range<u64>,
+        opts: &RunOptions,
+        market_of: (usize, usize),
+    ) -> Result<Vec<PartialSums>, RuntimeError> {
+        match (self, &kernel.code) {
+            (Backend::Cpu, Code::Cpu(c)) => cpu_range_sums(c, market, seed, paths, range, opts, market_of),
+        }
+    }
+}
+
+/// The default chunk: about 8 chunks per thread, between 1024 and 65536 paths, 1024-aligned.
+fn default_chunk(len: u64, threads: usize) -> u64 {
+    let per = len / (threads as u64 * 8).max(1);
+    (per.div_ceil(PATH_ALIGN) * PATH_ALIGN).clamp(PATH_ALIGN, 64 * PATH_ALIGN)
+}
+
+/// Runs `range` on `kernel` over threads in aligned chunks and merges their partial sums.
+fn cpu_range_sums(
+    kernel: &cpu::Compiled,
+    market: &[f64],
+    seed: u64,
+    paths: u64,
+    range: Range<u64>,
+    opts: &RunOptions,
+    (market_index, markets): (usize, usize),
+) -> Result<Vec<PartialSums>, RuntimeError> {
+    let row = kernel.row_len();
+    let len = range.end - range.start;
+    let threads = opts
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let chunk = opts.chunk_paths.unwrap_or_else(|| default_chunk(len, threads));
+    // Chunk boundaries: multiples of `chunk` from the range start (itself aligned), and the end.
+    let n_chunks = len.div_ceil(chunk);
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Mutex<Vec<(u64, Result<Vec<PartialSums>, RuntimeError>)>> = Mutex::new(Vec::new());
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            if failed.load(Ordering::Relaxed) {
+                break;
+            }
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c >= n_chunks {
+                break;
+            }
+            let a = range.start + c * chunk;
+            let b = (a + chunk).min(range.end);
+            let count = (b - a) as usize;
+            out.clear();
+            out.resize(count * row, 0.0);
+            let r = kernel.run(market, seed, a, &mut out).and_then(|()| {
+                let mut column = vec![0.0; count];
+                (0..row)
+                    .map(|j| {
+                        for (p, x) in column.iter_mut().enumerate() {
+                            *x = out[p * row + j];
+                        }
+                        PartialSums::from_leaves(paths, a, &column).map_err(RuntimeError::from)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            });
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            results.lock().unwrap_or_else(|e| e.into_inner()).push((c, r));
+            let d = done.fetch_add(b - a, Ordering::Relaxed) + (b - a);
+            if let Some(progress) = opts.progress {
+                progress(Progress { market: market_index, markets, done: range.start + d, paths });
+            }
+        }
+    };
+    let workers = threads.min(n_chunks.max(1) as usize);
+    if workers <= 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(work);
+            }
+        });
+    }
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(c, _)| *c);
+    let mut sums: Vec<PartialSums> = (0..row).map(|_| PartialSums::empty(paths)).collect::<Result<_, _>>()?;
+    for (_, r) in results {
+        for (s, p) in sums.iter_mut().zip(r?) {
+            s.merge(&p)?;
+        }
+    }
+    Ok(sums)
+}

@@ -124,3 +124,18 @@ pub struct Manifest {
     #[serde(default)]
     pub compile_options: Vec<String>,
 }
+
+/// The per-path sums of a kernel, in partials (and CPU row) order: for each output O, `value:O`,
+/// `value_sq:O`, then in reverse mode `greek:O:I` for each input I. The one place this order is
+/// written down: every emitter fills `Manifest::sums` from it.
+pub fn sum_names(outputs: &[String], inputs: &[String], mode: Mode) -> Vec<String> {
+    let mut sums = Vec::new();
+    for o in outputs {
+        sums.push(format!("value:{o}"));
+        sums.push(format!("value_sq:{o}"));
+        if mode == Mode::Reverse {
+            sums.extend(inputs.iter().map(|i| format!("greek:{o}:{i}")));
+        }
+    }
+    sums
+}

@@ -5,19 +5,11 @@ use super::body::Body;
 use super::EmitOptions;
 use crate::tape::Tape;
 
-/// The sum names in partials order (see [`Manifest::sums`]).
+/// The sum names in partials order (the runtime's `manifest::sum_names`).
 pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
-    let mut sums = Vec::new();
-    for out in &tape.outputs {
-        sums.push(format!("value:{}", out.name));
-        sums.push(format!("value_sq:{}", out.name));
-        if mode == Mode::Reverse {
-            for input in &tape.inputs {
-                sums.push(format!("greek:{}:{}", out.name, input.name));
-            }
-        }
-    }
-    sums
+    let outputs: Vec<String> = tape.outputs.iter().map(|o| o.name.clone()).collect();
+    let inputs: Vec<String> = tape.inputs.iter().map(|i| i.name.clone()).collect();
+    super::manifest::sum_names(&outputs, &inputs, mode)
 }
 
 fn param(name: &str, ty: String, binding: u32, role: &str, doc: String) -> Param {

@@ -60,6 +60,7 @@ mod tests;
 
 pub use dialect::{Dialect, CUDA, GLSL, OPENCL};
 pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
+pub use fill::sum_names;
 
 use crate::plan::{Checkpoint, Plan};
 use crate::tape::{is_valid_name, Node, NodeId, Tape, UnaryOp};

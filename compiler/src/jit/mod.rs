@@ -1,1 +1,215 @@
 //! CPU code: the tape lowered to Cranelift IR and JIT-compiled (the reference and embedded default target).
+//!
+//! `nablac --target cpu` writes CLIF text (Cranelift's own printer, [`emit`]) and a [`Manifest`]
+//! (target `cpu`). The runtime (`nablac_runtime::cpu::load`) parses the text with
+//! `cranelift-reader` and JIT-compiles it: a CPU kernel loads from source + manifest, with no tape.
+//!
+//! # ABI (manifest version 1; the runtime's `cpu` module owns it)
+//!
+//! One function, named by `manifest.entry_point` (`nablac_cpu_<mode>_<precision>`), in the host's C
+//! calling convention (the text says `system_v`; the loader rewrites every signature to the
+//! host's default, so the text is host-independent):
+//!
+//! ```text
+//! fn(inputs: *const T, seed: u64, first_path: u64, count: u64, out: *mut f64)
+//! ```
+//!
+//! - `inputs`: one `T` (f32 or f64, the kernel precision) per input, in `manifest.inputs` order.
+//! - `seed`: the Philox key, `(seed mod 2^32, seed div 2^32)`.
+//! - paths `first_path .. first_path + count` are run in order (global path indices, so the draws
+//!   do not depend on how a run is split); `count = 0` writes nothing.
+//! - `out`: `count` rows of `manifest.sums.len()` f64, row `j` for path `first_path + j`. A row is
+//!   the path's leaves in the order of `manifest.sums`: for each output, `value`, `value_sq`
+//!   (`value * value`, both in f64 after converting the kernel-precision value), then in reverse
+//!   mode `greek:<input>` (d output / d input, converted to f64) for each input.
+//!
+//! The kernel does no reduction: the host sums leaves in the fixed tree order of TAPE-FORMAT.md
+//! (Results). A block call rather than one call per path: the per-path state (Philox keys, inputs
+//! and every node that does not depend on a draw) is computed once per call, outside the loop.
+//!
+//! # What the code computes
+//!
+//! Forward values and adjoints exactly as TAPE-FORMAT.md states them, in the kernel precision, in
+//! tape order: adjoints start at +0.0 and each rule adds its contribution in argument order; only
+//! active nodes receive adjoints, dead nodes are not emitted. Reverse mode runs one reverse sweep
+//! per output. Draws are Philox4x32-10 inline in the CLIF (`imul`/`umulhi`), turned into normals
+//! exactly as `crate::philox`; `exp`, `log` and `cos` (`expf`, `logf`, `cosf` in f32) are calls to
+//! the host libm, the functions Rust's `f64::exp`/`ln`/`cos` call; `sqrt` is native. The CPU code
+//! ignores the checkpoint plan (Cranelift's register allocator spills what it must), so plain and
+//! checkpointed plans give the same function text and the same bits; the manifest says
+//! `segments: 1`, `checkpoint: off`.
+
+mod lower;
+#[cfg(test)]
+mod tests;
+
+use crate::emit::manifest::{Checkpoint, Manifest, Param, Target, MANIFEST_VERSION};
+pub use crate::emit::manifest::{Mode, Precision};
+use crate::plan::{Activity, Plan};
+use crate::tape::{Node, Tape};
+
+/// What to generate.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Options {
+    pub mode: Mode,
+    pub precision: Precision,
+}
+
+/// A CPU kernel: CLIF text and the manifest that launches it.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Kernel {
+    pub source: String,
+    pub manifest: Manifest,
+    /// The same function as `source`, for `nablac_runtime::cpu::compile` without a parse.
+    pub function: cranelift_codegen::ir::Function,
+}
+
+/// Why a CPU kernel could not be generated, loaded or run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JitError {
+    #[error("tape not lowerable to CPU code: {rule} (at {place})")]
+    Tape { rule: &'static str, place: String },
+}
+
+/// The entry point's name for `opts`: `nablac_cpu_<mode>_<precision>`.
+pub fn entry_name(opts: &Options) -> String {
+    let mode = match opts.mode {
+        Mode::Price => "price",
+        Mode::Reverse => "reverse",
+    };
+    format!("nablac_cpu_{mode}_{}", opts.precision.name())
+}
+
+/// The per-path leaves (and partial sums) in row order: `manifest::sum_names`, as every target.
+pub fn sums(tape: &Tape, mode: Mode) -> Vec<String> {
+    crate::emit::sum_names(tape, mode)
+}
+
+/// The structural rules lowering relies on (a subset of the verifier's), so a bad tape is an
+/// error rather than a panic.
+fn check(tape: &Tape, activity: &Activity) -> Result<(), JitError> {
+    let n = tape.len();
+    let err = |rule, place: String| Err(JitError::Tape { rule, place });
+    if activity.active.len() != n || activity.live.len() != n {
+        return err("the activity tables cover every node", format!("{} nodes", n));
+    }
+    if tape.outputs.is_empty() {
+        return err("a tape has at least one output", "outputs".into());
+    }
+    if n > u32::MAX as usize / 64 || tape.inputs.len() > (i32::MAX / 8) as usize {
+        return err("the tape fits the CPU code's offsets", format!("{n} nodes"));
+    }
+    let mut input_node = vec![false; tape.inputs.len()];
+    for (i, node) in tape.nodes.iter().enumerate() {
+        for a in node.args() {
+            if a.index() >= i {
+                return err("arguments point backwards", format!("%{i}"));
+            }
+        }
+        match *node {
+            Node::Input(k) => match input_node.get_mut(k as usize) {
+                Some(seen) if !*seen => *seen = true,
+                _ => return err("each input index is used by exactly one input node", format!("%{i}")),
+            },
+            Node::Const(k) if k as usize >= tape.consts.len() => {
+                return err("const index in range", format!("%{i}"))
+            }
+            _ => {}
+        }
+    }
+    if let Some(k) = input_node.iter().position(|s| !s) {
+        return err("each input index is used by exactly one input node", format!("input {k}"));
+    }
+    for o in &tape.outputs {
+        if o.node.index() >= n || !activity.live[o.node.index()] {
+            return err("outputs name live nodes in range", format!("output {}", o.name));
+        }
+    }
+    for (i, node) in tape.nodes.iter().enumerate() {
+        if activity.live[i] && node.args().any(|a| !activity.live[a.index()]) {
+            return err("arguments of live nodes are live", format!("%{i}"));
+        }
+    }
+    Ok(())
+}
+
+fn params(opts: &Options, tape: &Tape, row: usize) -> Vec<Param> {
+    let t = opts.precision.name();
+    let p = |name: &str, ty: String, binding, role: &str, doc: String| Param {
+        name: name.into(),
+        ty,
+        binding,
+        role: role.into(),
+        doc,
+    };
+    vec![
+        p("inputs", format!("ptr<{t}>"), 0, "input", format!("{} input values, in manifest.inputs order", tape.inputs.len())),
+        p("seed", "u64".into(), 1, "value", "Philox key: (seed mod 2^32, seed div 2^32)".into()),
+        p("first_path", "u64".into(), 2, "value", "global index of the first path of this call".into()),
+        p("count", "u64".into(), 3, "value", "paths run by this call: first_path .. first_path + count".into()),
+        p(
+            "out",
+            "ptr<f64>".into(),
+            4,
+            "output",
+            format!("count rows of {row} f64 (manifest.sums order): the per-path leaves, row j for path first_path + j"),
+        ),
+    ]
+}
+
+/// The manifest of the CPU kernel for `tape` under `opts` (every field filled; see the ABI above).
+pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
+    let sums = sums(tape, opts.mode);
+    let mut persistent: Vec<u32> = tape
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n, Node::Input(_)))
+        .map(|(i, _)| i as u32)
+        .chain(tape.outputs.iter().map(|o| o.node.0))
+        .collect();
+    persistent.sort_unstable();
+    persistent.dedup();
+    Manifest {
+        manifest_version: MANIFEST_VERSION,
+        nablac_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: Target::Cpu,
+        entry_point: entry_name(opts),
+        mode: opts.mode,
+        precision: opts.precision,
+        inputs: tape.inputs.iter().map(|i| i.name.clone()).collect(),
+        input_defaults: tape.inputs.iter().map(|i| i.value).collect(),
+        outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
+        params: params(opts, tape, sums.len()),
+        sums,
+        workgroup_size: 1,
+        segments: 1,
+        checkpoint: Checkpoint::Off,
+        persistent: persistent.len() as u32,
+        scratch_slots_per_path: 0,
+        scratch_layout: String::new(),
+        draws: tape.n_draws,
+        tape_hash: crate::format::content_hash(tape),
+        compile_options: Vec::new(),
+    }
+}
+
+/// Lowers a verified tape under `plan` (only its activity is read: the CPU code ignores the
+/// segmentation) to CLIF text and its manifest. Same tape and options give the same bytes.
+pub fn emit(tape: &Tape, plan: &Plan, opts: &Options) -> Result<Kernel, JitError> {
+    emit_with_activity(tape, &plan.activity, opts)
+}
+
+/// [`emit`] from the activity table alone (all the CPU code needs of a plan).
+pub fn emit_with_activity(tape: &Tape, activity: &Activity, opts: &Options) -> Result<Kernel, JitError> {
+    check(tape, activity)?;
+    let manifest = manifest(tape, opts);
+    let function = lower::lower(tape, activity, opts, &manifest.entry_point)?;
+    // Cranelift's printer, minus its `; v8 = 32` constant annotations (comments to the reader).
+    let mut source = String::new();
+    for line in function.display().to_string().lines() {
+        source.push_str(line.split_once("  ; ").map_or(line, |(code, _)| code));
+        source.push('\n');
+    }
+    Ok(Kernel { source, manifest, function })
+}

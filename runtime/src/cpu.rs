@@ -1,0 +1,284 @@
+//! The CPU backend's kernel: CLIF text (Cranelift IR, as `nablac --target cpu` writes it) parsed,
+//! checked against its manifest and JIT-compiled for the host.
+//!
+//! # ABI (manifest version 1)
+//!
+//! One function, named by `manifest.entry_point`, written with the `system_v` calling convention
+//! ([`TEXT_CALL_CONV`]); [`load`] rewrites every signature to the host's C convention, so the text
+//! does not depend on the host:
+//!
+//! ```text
+//! fn(inputs: *const T, seed: u64, first_path: u64, count: u64, out: *mut f64)
+//! ```
+//!
+//! - `inputs`: one `T` (f32 or f64, the manifest's precision) per input, in `manifest.inputs` order.
+//! - `seed`: the Philox key `(seed mod 2^32, seed div 2^32)`.
+//! - paths `first_path .. first_path + count` run in order, by their global index (so draws do not
+//!   depend on how a run is split); `count = 0` writes nothing.
+//! - `out`: `count` rows of `manifest.sums.len()` f64; row `j` holds path `first_path + j`'s leaves
+//!   in `manifest.sums` order: per output `value`, `value_sq` (`value * value` in f64), then in
+//!   reverse mode `greek:<input>` per input.
+//!
+//! The kernel does no reduction: the host sums each column in the fixed tree order of
+//! [`crate::report`]. The only functions a kernel may import are the host libm's `exp`, `log`,
+//! `cos` (f64) or `expf`, `logf`, `cosf` (f32) ([`libm_names`]), the functions Rust's `f64::exp`,
+//! `f64::ln`, `f64::cos` (and the f32 ones) call, so JIT results match Rust references bit for bit.
+//!
+//! # Trust
+//!
+//! Before anything runs, the function is checked: the entry signature is the ABI's, the imports
+//! are only the libm functions of its precision with `(T) -> T` signatures, no global values are
+//! referenced, and Cranelift's verifier accepts the IR. A kernel is still trusted code (it reads
+//! and writes through the pointers it is given): load only what nablac emitted.
+
+use crate::manifest::{Manifest, Mode, Precision, Target};
+use crate::RuntimeError;
+use cranelift_codegen::ir::{types, AbiParam, ExternalName, Function, Signature, UserExternalName};
+use cranelift_codegen::isa::CallConv;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+
+/// The calling convention CLIF text is written in (rewritten to the host's by [`load`]).
+pub const TEXT_CALL_CONV: CallConv = CallConv::SystemV;
+
+/// The libm functions a kernel of `precision` may import, in the order `exp`, `log`, `cos`.
+pub fn libm_names(precision: Precision) -> [&'static str; 3] {
+    match precision {
+        Precision::F64 => ["exp", "log", "cos"],
+        Precision::F32 => ["expf", "logf", "cosf"],
+    }
+}
+
+/// The entry point's signature in the text: five `i64` parameters, no results.
+pub fn entry_signature() -> Signature {
+    let mut abi = Signature::new(TEXT_CALL_CONV);
+    abi.params = vec![AbiParam::new(types::I64); 5];
+    abi
+}
+
+/// The f64 values one path writes for `manifest`: `manifest.sums.len()`, checked against its
+/// mode, inputs and outputs.
+pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
+    let n_inputs = manifest.inputs.len();
+    let per_output = match manifest.mode {
+        Mode::Price => 2,
+        Mode::Reverse => 2 + n_inputs,
+    };
+    let row = manifest.sums.len();
+    if manifest.input_defaults.len() != n_inputs || row != per_output * manifest.outputs.len() || row == 0 {
+        return Err(RuntimeError::Manifest(format!(
+            "{} sums for {} outputs and {} inputs ({} defaults) in {:?} mode",
+            row,
+            manifest.outputs.len(),
+            n_inputs,
+            manifest.input_defaults.len(),
+            manifest.mode
+        )));
+    }
+    Ok(row)
+}
+
+/// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it.
+pub fn load(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
+    let funcs = cranelift_reader::parse_functions(source)
+        .map_err(|e| RuntimeError::Kernel(format!("CLIF does not parse: {e}")))?;
+    let [func] = <[Function; 1]>::try_from(funcs)
+        .map_err(|f| RuntimeError::Kernel(format!("CLIF holds {} functions, expected one", f.len())))?;
+    let want = format!("%{}", manifest.entry_point);
+    if func.name.to_string() != want {
+        return Err(RuntimeError::Kernel(format!("CLIF function is {}, the manifest's entry point is {want}", func.name)));
+    }
+    compile(func, manifest)
+}
+
+mod libm {
+    extern "C" {
+        pub fn exp(x: f64) -> f64;
+        pub fn log(x: f64) -> f64;
+        pub fn cos(x: f64) -> f64;
+        pub fn expf(x: f32) -> f32;
+        pub fn logf(x: f32) -> f32;
+        pub fn cosf(x: f32) -> f32;
+    }
+}
+
+/// The host's libm functions a kernel may import, by symbol name (the ones Rust's `f64::exp`,
+/// `f64::ln`, `f64::cos` and their f32 twins call, so JIT draws equal `crate::philox` bit for bit).
+pub fn libm_symbols() -> [(&'static str, *const u8); 6] {
+    [
+        ("exp", libm::exp as unsafe extern "C" fn(f64) -> f64 as *const u8),
+        ("log", libm::log as unsafe extern "C" fn(f64) -> f64 as *const u8),
+        ("cos", libm::cos as unsafe extern "C" fn(f64) -> f64 as *const u8),
+        ("expf", libm::expf as unsafe extern "C" fn(f32) -> f32 as *const u8),
+        ("logf", libm::logf as unsafe extern "C" fn(f32) -> f32 as *const u8),
+        ("cosf", libm::cosf as unsafe extern "C" fn(f32) -> f32 as *const u8),
+    ]
+}
+
+type Entry = unsafe extern "C" fn(*const u8, u64, u64, u64, *mut f64);
+
+/// A JIT-compiled CPU kernel: callable from any number of threads at once.
+pub struct Compiled {
+    module: Option<JITModule>,
+    entry: Entry,
+    precision: Precision,
+    n_inputs: usize,
+    row: usize,
+}
+
+// SAFETY: the module's code and data are immutable after `finalize_definitions`; the entry
+// function only reads its inputs and writes its own `out` rows, so concurrent calls are sound.
+unsafe impl Send for Compiled {}
+unsafe impl Sync for Compiled {}
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            // SAFETY: `entry` dies with `self`; no call can be in flight while we are dropped.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("precision", &self.precision)
+            .field("n_inputs", &self.n_inputs)
+            .field("row", &self.row)
+            .finish()
+    }
+}
+
+fn bad(what: impl Into<String>) -> RuntimeError {
+    RuntimeError::Kernel(what.into())
+}
+
+/// Checks `func` against the ABI and `manifest`, then compiles it for the host. Errors name the
+/// broken rule; never panics on a malformed function.
+pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
+    if manifest.target != Target::Cpu {
+        return Err(RuntimeError::Manifest(format!("target is {}, the CPU backend loads cpu", manifest.target.name())));
+    }
+    let n_inputs = manifest.inputs.len();
+    let row = row_len(manifest)?;
+    let ty = match manifest.precision {
+        Precision::F64 => types::F64,
+        Precision::F32 => types::F32,
+    };
+    let abi = entry_signature();
+    if func.signature != abi {
+        return Err(bad(format!("entry signature is {}, expected {abi}", func.signature)));
+    }
+    if !func.global_values.is_empty() {
+        return Err(bad("the kernel references global values; CPU kernels may not"));
+    }
+    let allowed = libm_names(manifest.precision);
+    let mut unary = Signature::new(TEXT_CALL_CONV);
+    unary.params.push(AbiParam::new(ty));
+    unary.returns.push(AbiParam::new(ty));
+
+    let mut flags = settings::builder();
+    let set = |f: &mut settings::Builder, k: &str, v: &str| {
+        f.set(k, v).map_err(|e| RuntimeError::Host(format!("cranelift flag {k}={v}: {e}")))
+    };
+    set(&mut flags, "opt_level", "speed")?;
+    set(&mut flags, "use_colocated_libcalls", "false")?;
+    set(&mut flags, "is_pic", "false")?;
+    let isa = cranelift_native::builder()
+        .map_err(|e| RuntimeError::Host(format!("host machine is not supported: {e}")))?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| RuntimeError::Host(format!("building the host ISA: {e}")))?;
+    let cc = isa.default_call_conv();
+    let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+    for (name, ptr) in libm_symbols() {
+        jb.symbol(name, ptr);
+    }
+    let mut module = JITModule::new(jb);
+
+    // Imports: only the libm functions of this precision, renamed to the module's function ids.
+    let refs: Vec<_> = func.dfg.ext_funcs.keys().collect();
+    for fref in refs {
+        let data = func.dfg.ext_funcs[fref].clone();
+        let name = match &data.name {
+            ExternalName::TestCase(t) => String::from_utf8_lossy(t.raw()).into_owned(),
+            other => return Err(bad(format!("import {} is not a libm name", other.display(None)))),
+        };
+        if !allowed.contains(&name.as_str()) {
+            return Err(bad(format!("import %{name} is not one of {allowed:?}")));
+        }
+        if func.dfg.signatures[data.signature] != unary {
+            return Err(bad(format!("import %{name} has signature {}", func.dfg.signatures[data.signature])));
+        }
+        let mut sig = unary.clone();
+        sig.call_conv = cc;
+        let id = module
+            .declare_function(&name, Linkage::Import, &sig)
+            .map_err(|e| RuntimeError::Host(format!("declaring {name}: {e}")))?;
+        let user = func.declare_imported_user_function(UserExternalName { namespace: 0, index: id.as_u32() });
+        func.dfg.ext_funcs[fref].name = ExternalName::user(user);
+        func.dfg.ext_funcs[fref].colocated = false;
+    }
+    func.signature.call_conv = cc;
+    for sig in func.dfg.signatures.values_mut() {
+        sig.call_conv = cc;
+    }
+    let entry_name = manifest.entry_point.clone();
+    let id = module
+        .declare_function(&entry_name, Linkage::Export, &func.signature)
+        .map_err(|e| RuntimeError::Host(format!("declaring {entry_name}: {e}")))?;
+    let mut ctx = module.make_context();
+    ctx.func = func;
+    if let Err(e) = module.define_function(id, &mut ctx) {
+        let detail = match &e {
+            cranelift_module::ModuleError::Compilation(cranelift_codegen::CodegenError::Verifier(v)) => {
+                format!("{v}")
+            }
+            other => format!("{other}"),
+        };
+        return Err(bad(format!("compiling {entry_name}: {detail}")));
+    }
+    module.finalize_definitions().map_err(|e| RuntimeError::Host(format!("finalizing {entry_name}: {e}")))?;
+    let ptr = module.get_finalized_function(id);
+    // SAFETY: the function was checked to have the ABI's signature in the host call convention.
+    let entry = unsafe { std::mem::transmute::<*const u8, Entry>(ptr) };
+    Ok(Compiled { module: Some(module), entry, precision: manifest.precision, n_inputs, row })
+}
+
+impl Compiled {
+    /// f64 values each path writes: the manifest's `sums`, in order.
+    pub fn row_len(&self) -> usize {
+        self.row
+    }
+
+    /// Runs paths `first_path .. first_path + out.len() / row_len()` at `inputs` (converted to the
+    /// kernel precision) and writes one row of per-path leaves each into `out`.
+    pub fn run(&self, inputs: &[f64], seed: u64, first_path: u64, out: &mut [f64]) -> Result<(), RuntimeError> {
+        if inputs.len() != self.n_inputs {
+            return Err(RuntimeError::Run(format!("{} input values given, the kernel has {}", inputs.len(), self.n_inputs)));
+        }
+        if out.len() % self.row != 0 {
+            return Err(RuntimeError::Run(format!("output length {} is not a multiple of the row {}", out.len(), self.row)));
+        }
+        let count = (out.len() / self.row) as u64;
+        if count == 0 {
+            return Ok(());
+        }
+        let one = [0.0f64; 1];
+        match self.precision {
+            Precision::F64 => {
+                let ptr = if inputs.is_empty() { one.as_ptr() as *const u8 } else { inputs.as_ptr() as *const u8 };
+                // SAFETY: `inputs` holds n_inputs f64 and `out` holds count rows of `row` f64.
+                unsafe { (self.entry)(ptr, seed, first_path, count, out.as_mut_ptr()) };
+            }
+            Precision::F32 => {
+                let mut v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
+                v.push(0.0);
+                // SAFETY: as above, with the inputs converted to f32.
+                unsafe { (self.entry)(v.as_ptr() as *const u8, seed, first_path, count, out.as_mut_ptr()) };
+            }
+        }
+        Ok(())
+    }
+}
