@@ -359,7 +359,7 @@ fn constants_round_trip() {
     let mut r = Rec::new();
     let x = r.input("x", 1.0);
     let mut acc = x;
-    let consts = [0.1, 1.0 / 3.0, 6.02214076e23, 1e-300, -2.5e-7, 123456789.123456789, 0.0, -0.0, 2.0f64.powi(-1074), 1e38];
+    let consts = [0.1, 1.0 / 3.0, 6.02214076e23, 1e-300, -2.5e-7, 123456789.12345679, 0.0, -0.0, 2.0f64.powi(-1074), 1e38];
     for c in consts {
         let k = r.c(c);
         acc = r.bin(BinaryOp::Mul, acc, k);
