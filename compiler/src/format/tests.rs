@@ -968,3 +968,26 @@ fn random_tapes_round_trip() {
         assert_eq!(write_text(&read(&bin).unwrap()), text);
     }
 }
+
+/// Every tape of the snapshot corpus reads, and its printed form round-trips byte for byte through
+/// the binary form.
+#[test]
+fn corpus_tapes_round_trip() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/in");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ntape"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no corpus in {}", dir.display());
+    for path in paths {
+        let bytes = std::fs::read(&path).unwrap();
+        let t = read(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(is_canonical(&t), "{}", path.display());
+        let text = write_text(&t);
+        let bin = write_binary(&t);
+        assert_eq!(write_binary(&read(text.as_bytes()).unwrap()), bin, "{}", path.display());
+        assert_eq!(write_text(&read(&bin).unwrap()), text, "{}", path.display());
+    }
+}

@@ -19,7 +19,9 @@
 //! nothing else), then the segment's adjoint rules from its highest live active node down, reading
 //! the block's copies. So a persistent value lives from its definition to its last opaque read, and
 //! a recomputed local from its recomputation to its last read inside the block. With S = 1 the
-//! checkpointed schedule is the plain one.
+//! checkpointed schedule is the plain one. The schedule is the same for both strategies: with the
+//! scratch strategy a crossing value sits in its slot rather than a register, but it is still counted
+//! (max_live measures the values a path holds, wherever they are).
 //!
 //! Each step is attributed to a node position (its node; an opaque read to its segment's first
 //! node; the output step to node n-1), which gives the profile drawn by `explain_svg`: per
