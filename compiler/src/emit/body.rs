@@ -286,7 +286,7 @@ impl<'a> Body<'a> {
         self.scratch.as_ref().and_then(|s| s.slot_of[v.index()])
     }
 
-    /// The leaves (`acc[s]`, in the manifest's sum order) from the output values and adjoints.
+    /// The leaves (`accS` for sum S, in the manifest's sum order) from the output values and adjoints.
     fn epilogue(&self, out: &mut Out, name: &dyn Fn(NodeId) -> String) {
         let n_in = self.tape.inputs.len();
         let per = if self.mode == Mode::Reverse { 2 + n_in } else { 2 };
@@ -299,13 +299,13 @@ impl<'a> Body<'a> {
         for (o, output) in self.tape.outputs.iter().enumerate() {
             let base = o * per;
             let y = self.d.cast("double", &self.operand(output.node, name));
-            out.line(format!("acc[{}] = {y};", base));
-            out.line(format!("acc[{}] = acc[{}] * acc[{}];", base + 1, base, base));
+            out.line(format!("acc{} = {y};", base));
+            out.line(format!("acc{} = acc{} * acc{};", base + 1, base, base));
             if self.mode == Mode::Reverse {
                 for (i, node) in input_node.iter().enumerate() {
                     if let Some(v) = node.filter(|&v| self.active(v)) {
                         let g = self.d.cast("double", &self.dname(v, o));
-                        out.line(format!("acc[{}] = {g};", base + 2 + i));
+                        out.line(format!("acc{} = {g};", base + 2 + i));
                     }
                 }
             }

@@ -87,9 +87,9 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let (normal, uniform) = body.draws_used();
     let n_sums = super::fill::sum_names(body.tape, opts.mode).len();
     let partial_index = if glsl {
-        format!("group * {n_sums}u + s")
+        format!("group * {n_sums}u + ")
     } else {
-        format!("({})group * {n_sums}u + s", body.index64)
+        format!("({})group * {n_sums}u + ", body.index64)
     };
     let (u_x0, u_x1, u_x2, u_x3, ulp) = if f64 {
         (
