@@ -101,9 +101,13 @@ if [[ "${NABLAC_SASS_TOOLS:-0}" == 1 ]]; then
   else
     log "SASS tools $SASS_VERSION: present in $SASS_DIR"
   fi
+fi
+# Installed earlier (with NABLAC_SASS_TOOLS=1) counts too: env.sh keeps naming them.
+if [[ -d "$SASS_DIR" ]]; then
   CUOBJDUMP=$(find "$SASS_DIR" -type f -name cuobjdump | head -n1)
   NVDISASM=$(find "$SASS_DIR" -type f -name nvdisasm | head -n1)
-  chmod +x "$CUOBJDUMP" "$NVDISASM"
+  [[ -n "$CUOBJDUMP" ]] && chmod +x "$CUOBJDUMP"
+  [[ -n "$NVDISASM" ]] && chmod +x "$NVDISASM"
 fi
 
 # --- env file --------------------------------------------------------------------------------
@@ -127,6 +131,6 @@ log "OpenCL           : PoCL $(ver pocl-opencl-icd), ICD loader $(ver ocl-icd-li
 log "Vulkan           : lavapipe (mesa-vulkan-drivers $(ver mesa-vulkan-drivers)), loader $(ver libvulkan1), vulkaninfo: $(where vulkaninfo)"
 log "NVRTC            : $NVRTC"
 log "ptxas            : $PTXAS ($("$PTXAS" --version | tail -n1))"
-[[ -n "$CUOBJDUMP" ]] && log "cuobjdump        : $CUOBJDUMP"
-[[ -n "$NVDISASM" ]] && log "nvdisasm         : $NVDISASM"
+if [[ -n "$CUOBJDUMP" ]]; then log "cuobjdump        : $CUOBJDUMP"; fi
+if [[ -n "$NVDISASM" ]]; then log "nvdisasm         : $NVDISASM"; fi
 log "env file         : $ENV   (source it: . $ENV)"
