@@ -12,10 +12,13 @@ pub mod emit;
 pub mod format;
 pub mod jit;
 pub mod passes;
-pub mod philox;
 pub mod plan;
+/// The draws and the fixed-order sums are the runtime's contracts, shared with every backend.
+pub use nablac_runtime::{philox, report};
 pub mod products;
 pub mod record;
 pub mod reference;
 pub mod tape;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod verify;

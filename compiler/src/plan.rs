@@ -6,18 +6,8 @@
 use crate::tape::NodeId;
 use std::ops::Range;
 
-/// How the reverse sweep gets forward values back.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Checkpoint {
-    /// Plain kernel: every forward value the reverse sweep reads stays alive.
-    Off,
-    /// Register recompute: persistent values stay in registers; each reverse segment re-runs
-    /// its forward lines from them (GLSL default; offered for CUDA and OpenCL).
-    Registers,
-    /// Values crossing a cut go to a per-path global scratch buffer (CUDA and OpenCL).
-    Scratch,
-}
+/// How the reverse sweep gets forward values back (a manifest field, so the runtime owns the type).
+pub use nablac_runtime::manifest::Checkpoint;
 
 /// The knobs of segmentation (`--segments`, `--ckpt-nodes`, `--seg-len`, `--checkpoint`).
 #[derive(Clone, PartialEq, Eq, Debug)]

@@ -1,11 +1,30 @@
-//! The middle-end passes: activity, liveness, segmentation (the checkpoint plan) and opacity.
+//! The middle-end passes: activity, liveness, segmentation (the checkpoint plan) and opacity, the
+//! pipeline that runs them (`plan`), the invariants of its result (`check_plan`), the max_live
+//! measure and the `nablac explain` report.
 //!
 //! Each pass is a pure function of the tape (and earlier passes' results) with a typed result
 //! from `crate::plan`. They assume a verified tape (`crate::verify::verify`): arguments point
 //! backwards and every index is in range.
 
 mod activity;
+mod explain;
 mod liveness;
+mod maxlive;
+mod opacity;
+mod pipeline;
+mod segment;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
+mod snapshots;
+#[cfg(test)]
+mod tests;
 
 pub use activity::activity;
+pub use explain::{explain, explain_svg, explain_text, plan_listing, Explain};
 pub use liveness::liveness;
+pub use maxlive::{alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain};
+pub use opacity::{adjoint_reads, opacity, recomputed};
+pub use pipeline::{check_plan, plan, PlanError};
+pub use segment::{choose_cuts, crossing_profile, live_last_read, segment, segment_count};

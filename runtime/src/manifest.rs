@@ -55,6 +55,19 @@ impl Precision {
     }
 }
 
+/// How the reverse sweep gets forward values back.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpoint {
+    /// Plain kernel: every forward value the reverse sweep reads stays alive.
+    Off,
+    /// Register recompute: persistent values stay in registers; each reverse segment re-runs
+    /// its forward lines from them (GLSL default; offered for CUDA and OpenCL).
+    Registers,
+    /// Values crossing a cut go to a per-path global scratch buffer (CUDA and OpenCL).
+    Scratch,
+}
+
 /// One kernel parameter, buffer or push constant, in binding order.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct Param {
@@ -92,7 +105,7 @@ pub struct Manifest {
     /// Threads per workgroup (a power of two); one path per thread.
     pub workgroup_size: u32,
     pub segments: u32,
-    pub checkpoint: crate::plan::Checkpoint,
+    pub checkpoint: Checkpoint,
     pub persistent: u32,
     /// Scratch strategy: f32/f64 slots per path in the scratch buffer (0 otherwise).
     pub scratch_slots_per_path: u32,

@@ -1,0 +1,213 @@
+//! `nablac explain`: what the planner decided and why it helps, as JSON ([`Explain`]), a terminal
+//! table ([`explain_text`]), a picture ([`explain_svg`]) and a full listing ([`plan_listing`], what
+//! the plan snapshots hold). Everything here is deterministic: same tape and plan, same bytes.
+
+use super::{alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain};
+use crate::plan::{Checkpoint, Plan};
+use crate::tape::{NodeId, Tape};
+use plotters::prelude::*;
+use std::fmt::Write as _;
+
+/// The summary `nablac explain --json` prints. `active` counts the nodes that carry an adjoint in
+/// a kernel (active and live); `cuts` are node ids; `crossing[s]` is the number of values crossing
+/// `cuts[s]`; `persistent` is the size of the persistent set; the max_live fields follow
+/// `passes::max_live_plain` and `passes::max_live_checkpointed`.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
+pub struct Explain {
+    pub nodes: u32,
+    pub active: u32,
+    pub segments: u32,
+    pub cuts: Vec<u32>,
+    pub crossing: Vec<u32>,
+    pub persistent: u32,
+    pub max_live_plain: u32,
+    pub max_live_checkpointed: u32,
+}
+
+/// The explain summary of `plan` (which must be `passes::plan` of `tape`).
+pub fn explain(tape: &Tape, plan: &Plan) -> Explain {
+    let act = &plan.activity;
+    let sp = &plan.segments;
+    Explain {
+        nodes: tape.len() as u32,
+        active: act.active.iter().zip(&act.live).filter(|(a, l)| **a && **l).count() as u32,
+        segments: sp.segments.len() as u32,
+        cuts: sp.cuts.iter().map(|c| c.0).collect(),
+        crossing: sp.crossing.clone(),
+        persistent: sp.persistent.len() as u32,
+        max_live_plain: max_live_plain(tape, act),
+        max_live_checkpointed: max_live_checkpointed(tape, plan),
+    }
+}
+
+fn strategy_name(c: Checkpoint) -> &'static str {
+    match c {
+        Checkpoint::Off => "off",
+        Checkpoint::Registers => "registers",
+        Checkpoint::Scratch => "scratch",
+    }
+}
+
+/// A compact table for the terminal: the summary line, then one row per segment.
+pub fn explain_text(tape: &Tape, plan: &Plan) -> String {
+    let e = explain(tape, plan);
+    let sp = &plan.segments;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} nodes, {} active; {} segment{} ({}); {} persistent; max live {} plain, {} checkpointed",
+        e.nodes,
+        e.active,
+        e.segments,
+        if e.segments == 1 { "" } else { "s" },
+        strategy_name(sp.strategy),
+        e.persistent,
+        e.max_live_plain,
+        e.max_live_checkpointed
+    );
+    let _ = writeln!(
+        s,
+        "{:>4}  {:>13}  {:>5}  {:>8}  {:>9}  {:>5}  {:>6}",
+        "seg", "nodes", "len", "crossing", "bookmarks", "draws", "opaque"
+    );
+    for (i, seg) in sp.segments.iter().enumerate() {
+        let crossing = if i == 0 { "-".to_string() } else { sp.crossing[i - 1].to_string() };
+        let opaque = plan.opacity.opaque_reads.get(i).map_or(0, |r| r.len());
+        let _ = writeln!(
+            s,
+            "{:>4}  {:>13}  {:>5}  {:>8}  {:>9}  {:>5}  {:>6}",
+            i,
+            format!("%{}..%{}", seg.range.start, seg.range.end),
+            seg.range.end - seg.range.start,
+            crossing,
+            seg.bookmarks.len(),
+            seg.draws.len(),
+            opaque
+        );
+    }
+    s
+}
+
+fn ids(v: &[NodeId]) -> String {
+    let parts: Vec<String> = v.iter().map(|id| id.to_string()).collect();
+    format!("[{}]", parts.join(" "))
+}
+
+/// Every decision of the plan in text, one line per fact (what the plan snapshots record).
+pub fn plan_listing(tape: &Tape, plan: &Plan) -> String {
+    let sp = &plan.segments;
+    let mut s = String::new();
+    let e = explain(tape, plan);
+    let _ = writeln!(s, "nodes {}  active {}  strategy {}", e.nodes, e.active, strategy_name(sp.strategy));
+    let dead: Vec<NodeId> = tape.ids().filter(|v| !plan.activity.live[v.index()]).collect();
+    let _ = writeln!(s, "dead {}", ids(&dead));
+    let _ = writeln!(s, "cuts {}", ids(&sp.cuts));
+    let _ = writeln!(s, "crossing {:?}", sp.crossing);
+    let _ = writeln!(s, "persistent ({}) {}", sp.persistent.len(), ids(&sp.persistent));
+    let _ = writeln!(s, "scratch_slots ({}) {}", sp.scratch_slots.len(), ids(&sp.scratch_slots));
+    let _ = writeln!(s, "max_live plain {}  checkpointed {}", e.max_live_plain, e.max_live_checkpointed);
+    for (i, seg) in sp.segments.iter().enumerate() {
+        let _ = writeln!(s, "segment {i} %{}..%{}", seg.range.start, seg.range.end);
+        let _ = writeln!(s, "  bookmarks {}", ids(&seg.bookmarks));
+        let _ = writeln!(s, "  draws {}", ids(&seg.draws));
+        let empty = Vec::new();
+        let _ = writeln!(s, "  opaque {}", ids(plan.opacity.opaque_reads.get(i).unwrap_or(&empty)));
+        let _ = writeln!(s, "  rekey {}", plan.opacity.rekey.get(i).copied().unwrap_or(false));
+    }
+    s
+}
+
+/// An SVG picture of why checkpointing works: forward values alive along the tape (x = node
+/// position; at each position the most held by any step at that node, forward or reverse), the
+/// plain kernel's curve against the plan's, with the cuts as vertical lines.
+pub fn explain_svg(tape: &Tape, plan: &Plan) -> String {
+    let plain = alive_profile_plain(tape, &plan.activity);
+    let ckpt = alive_profile_checkpointed(tape, plan);
+    let cuts: Vec<u32> = plan.segments.cuts.iter().map(|c| c.0).collect();
+    let mut out = String::new();
+    let drawn = draw_svg(&mut out, &plain, &ckpt, &cuts, plan.segments.segments.len());
+    match drawn {
+        Ok(()) => out,
+        Err(e) => format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"60\"><text x=\"10\" y=\"30\">explain: could not draw: {}</text></svg>\n",
+            xml_escape(&e)
+        ),
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn draw_svg(
+    out: &mut String,
+    plain: &[u32],
+    ckpt: &[u32],
+    cuts: &[u32],
+    segments: usize,
+) -> Result<(), String> {
+    let n = plain.len().max(1) as u32;
+    let ymax = plain.iter().chain(ckpt).copied().max().unwrap_or(0).max(1);
+    let ytop = ymax + ymax / 20 + 1;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    {
+        let root = SVGBackend::with_string(out, (900, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let title = if segments > 1 {
+            format!("Forward values alive: plain vs checkpointed ({segments} segments)")
+        } else {
+            "Forward values alive: plain kernel (not checkpointed)".to_string()
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0u32..n, 0u32..ytop)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("node position")
+            .y_desc("forward values alive")
+            .disable_x_mesh()
+            .draw()
+            .map_err(|e| err(&e))?;
+        for &c in cuts {
+            chart
+                .draw_series(LineSeries::new([(c, 0), (c, ytop)], RGBColor(170, 170, 170)))
+                .map_err(|e| err(&e))?;
+        }
+        let red = RGBColor(200, 40, 40);
+        let blue = RGBColor(30, 90, 200);
+        chart
+            .draw_series(LineSeries::new(
+                plain.iter().enumerate().map(|(x, &y)| (x as u32, y)),
+                red.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(format!("plain (max {})", plain.iter().max().copied().unwrap_or(0)))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], red));
+        if segments > 1 {
+            chart
+                .draw_series(LineSeries::new(
+                    ckpt.iter().enumerate().map(|(x, &y)| (x as u32, y)),
+                    blue.stroke_width(2),
+                ))
+                .map_err(|e| err(&e))?
+                .label(format!(
+                    "checkpointed (max {}); grey lines: cuts",
+                    ckpt.iter().max().copied().unwrap_or(0)
+                ))
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], blue));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! Opacity: the anti-CSE plan.
+//!
+//! A reverse block of a checkpointed kernel recomputes the same arithmetic from the same values as
+//! the forward sweep, which is exactly what common-subexpression elimination merges (putting every
+//! forward value back on the live list). So, for every segment s of a plan with S > 1:
+//!
+//! - `opaque_reads[s]` lists (ascending) every non-constant persistent value the reverse block of
+//!   s reads: the arguments of the nodes it recomputes and the forward values its adjoint rules
+//!   read ([`adjoint_reads`]). That is the bookmarks the block reads *and* the persistent values
+//!   defined inside the segment that it reads (the inputs in segment 0, a value defined in s that
+//!   crosses the next cut): without the second kind, a recomputed chain such as `vol * vol` in
+//!   segment 0 would read only non-opaque values and could be merged with its forward twin. Each
+//!   is read once, at the top of the block, through the opaque identity. A bookmark only a
+//!   persistent node of the segment reads (in the forward sweep) is not read by the reverse block,
+//!   since persistent nodes are not recomputed, so it is not in the list.
+//! - `rekey[s]` is true when the block regenerates draws (`Segment::draws` is non-empty).
+//!
+//! The reverse block of s recomputes exactly [`recomputed`]: the live, non-constant,
+//! non-persistent nodes of its range, in order. With S = 1 nothing is opaque and nothing re-keyed.
+
+use crate::plan::{Activity, OpacityPlan, SegmentPlan};
+use crate::tape::{BinaryOp, Node, NodeId, Tape, UnaryOp};
+use std::collections::BTreeSet;
+
+/// The forward values node `id`'s adjoint rule reads (TAPE-FORMAT.md): mul → a, b; div → b, c;
+/// exp → c; log → a; sqrt → c; max/min → a, b; abs → a; everything else → nothing. (c is the
+/// node's own result, `id`.)
+pub fn adjoint_reads(node: &Node, id: NodeId) -> Vec<NodeId> {
+    match *node {
+        Node::Binary(BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min, a, b) => vec![a, b],
+        Node::Binary(BinaryOp::Div, _, b) => vec![b, id],
+        Node::Unary(UnaryOp::Exp | UnaryOp::Sqrt, _) => vec![id],
+        Node::Unary(UnaryOp::Log | UnaryOp::Abs, a) => vec![a],
+        _ => vec![],
+    }
+}
+
+/// The nodes the reverse block of segment `s` recomputes: live, non-constant, non-persistent nodes
+/// of its range, ascending. Empty for a plan with one segment (the plain kernel recomputes nothing).
+pub fn recomputed(tape: &Tape, activity: &Activity, plan: &SegmentPlan, s: usize) -> Vec<NodeId> {
+    if !plan.is_checkpointed() {
+        return Vec::new();
+    }
+    let Some(seg) = plan.segments.get(s) else { return Vec::new() };
+    seg.range
+        .clone()
+        .map(NodeId)
+        .filter(|&v| {
+            activity.live[v.index()]
+                && !matches!(tape.node(v), Node::Const(_))
+                && plan.persistent.binary_search(&v).is_err()
+        })
+        .collect()
+}
+
+/// Which reads of the reverse sweep are opaque and which segments re-key their generator (the
+/// module doc is the contract). Assumes `plan` came from `segment` on this tape.
+pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
+    let count = plan.segments.len();
+    if !plan.is_checkpointed() {
+        return OpacityPlan { opaque_reads: vec![Vec::new(); count], rekey: vec![false; count] };
+    }
+    let act = super::activity(tape);
+    let is_const = |v: NodeId| matches!(tape.node(v), Node::Const(_));
+    let is_persistent = |v: NodeId| plan.persistent.binary_search(&v).is_ok();
+    let mut opaque_reads = Vec::with_capacity(count);
+    for (s, seg) in plan.segments.iter().enumerate() {
+        let mut reads = BTreeSet::new();
+        for v in recomputed(tape, &act, plan, s) {
+            reads.extend(tape.node(v).args());
+        }
+        for i in seg.range.clone() {
+            let v = NodeId(i);
+            if act.live[v.index()] && act.active[v.index()] {
+                reads.extend(adjoint_reads(tape.node(v), v));
+            }
+        }
+        opaque_reads.push(reads.into_iter().filter(|&v| is_persistent(v) && !is_const(v)).collect());
+    }
+    let rekey = plan.segments.iter().map(|seg| !seg.draws.is_empty()).collect();
+    OpacityPlan { opaque_reads, rekey }
+}

@@ -1,0 +1,237 @@
+//! The pipeline: activity → liveness → segment → opacity, and the invariants every plan keeps.
+//!
+//! `plan` assumes a verified tape. In debug builds (and so in tests) it checks its result with
+//! [`check_plan`] and panics on a broken invariant: that is a bug in a pass, never bad input.
+
+use super::segment::{crossing_profile, live_last_read};
+use super::{activity, adjoint_reads, liveness, opacity, recomputed, segment};
+use crate::plan::{Checkpoint, Plan, SegmentOptions};
+use crate::tape::{Node, NodeId, Tape};
+use std::collections::BTreeSet;
+
+/// A plan that breaks one of its invariants: which rule, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plan invariant broken: {rule} (at {place})")]
+pub struct PlanError {
+    pub rule: &'static str,
+    pub place: String,
+}
+
+fn fail(rule: &'static str, place: impl Into<String>) -> Result<(), PlanError> {
+    Err(PlanError { rule, place: place.into() })
+}
+
+fn ensure(ok: bool, rule: &'static str, place: impl FnOnce() -> String) -> Result<(), PlanError> {
+    if ok {
+        Ok(())
+    } else {
+        fail(rule, place())
+    }
+}
+
+/// Runs every pass on a verified tape and returns the plan; in debug builds the plan is checked
+/// with `check_plan` (a failure is a pass bug and panics).
+pub fn plan(tape: &Tape, opts: &SegmentOptions) -> Plan {
+    let activity = activity(tape);
+    let liveness = liveness(tape);
+    let segments = segment(tape, &liveness, opts);
+    let opacity = opacity(tape, &segments);
+    let plan = Plan { activity, liveness, segments, opacity };
+    if cfg!(debug_assertions) {
+        if let Err(e) = check_plan(tape, &plan) {
+            panic!("passes::plan produced a broken plan: {e}");
+        }
+    }
+    plan
+}
+
+/// Checks every guarantee the plan types document against the tape; `Ok` iff all hold.
+pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
+    let n = tape.len();
+    let is_const = |v: NodeId| matches!(tape.node(v), Node::Const(_));
+    ensure(plan.activity == activity(tape), "activity is activity(tape)", || "activity".into())?;
+    ensure(plan.liveness == liveness(tape), "liveness is liveness(tape)", || "liveness".into())?;
+    let live = &plan.activity.live;
+    let sp = &plan.segments;
+    let count = sp.segments.len();
+
+    // Tiling and cuts.
+    ensure(count >= 1, "at least one segment", || "segments".into())?;
+    let mut next = 0u32;
+    for (s, seg) in sp.segments.iter().enumerate() {
+        ensure(seg.range.start == next, "segments tile 0..n in order", || format!("segment {s}"))?;
+        ensure(seg.range.end > seg.range.start || n == 0, "segments are non-empty", || {
+            format!("segment {s}")
+        })?;
+        next = seg.range.end;
+    }
+    ensure(next as usize == n, "segments tile 0..n in order", || "last segment".into())?;
+    ensure(sp.cuts.len() + 1 == count, "one cut between each two segments", || "cuts".into())?;
+    for (s, c) in sp.cuts.iter().enumerate() {
+        ensure(sp.segments[s + 1].range.start == c.0, "cut s is the first node of segment s+1", || {
+            format!("cut {s} = {c}")
+        })?;
+        ensure(c.0 >= 1 && (c.0 as usize) < n, "cuts lie in 1..n-1", || format!("cut {s} = {c}"))?;
+    }
+
+    // Crossings and the persistent set.
+    let last = live_last_read(tape, live);
+    let cross = crossing_profile(&last);
+    ensure(sp.crossing.len() == sp.cuts.len(), "one crossing count per cut", || "crossing".into())?;
+    let mut expect: BTreeSet<NodeId> = BTreeSet::new();
+    for (s, c) in sp.cuts.iter().enumerate() {
+        let crossing: Vec<NodeId> =
+            (0..c.0).map(NodeId).filter(|v| last[v.index()].is_some_and(|l| l >= c.0)).collect();
+        ensure(
+            crossing.len() == sp.crossing[s] as usize,
+            "crossing counts the values crossing the cut",
+            || format!("cut {s} = {c}: plan says {}, tape has {}", sp.crossing[s], crossing.len()),
+        )?;
+        ensure(cross[c.0 as usize] as usize == crossing.len(), "crossing profile agrees", || {
+            format!("cut {s} = {c}")
+        })?;
+        expect.extend(crossing);
+    }
+    let crossing_values: Vec<NodeId> = expect.iter().copied().collect();
+    for (i, node) in tape.nodes.iter().enumerate() {
+        if matches!(node, Node::Input(_)) {
+            expect.insert(NodeId(i as u32));
+        }
+    }
+    expect.extend(tape.outputs.iter().map(|o| o.node));
+    let expect: Vec<NodeId> = expect.into_iter().collect();
+    if sp.persistent != expect {
+        let extra = sp.persistent.iter().find(|v| !expect.contains(v));
+        let missing = expect.iter().find(|v| !sp.persistent.contains(v));
+        return fail(
+            "persistent is exactly crossings ∪ inputs ∪ outputs, ascending",
+            format!("extra {extra:?}, missing {missing:?}"),
+        );
+    }
+    let is_persistent = |v: NodeId| sp.persistent.binary_search(&v).is_ok();
+
+    // Per segment: forward lines, bookmarks, draws.
+    for (s, seg) in sp.segments.iter().enumerate() {
+        let mut bookmarks = BTreeSet::new();
+        let mut draws = Vec::new();
+        for i in seg.range.clone() {
+            let v = NodeId(i);
+            if !live[v.index()] {
+                continue;
+            }
+            for a in tape.node(v).args() {
+                let own = seg.range.contains(&a.0);
+                ensure(
+                    own || is_persistent(a) || is_const(a),
+                    "a segment's forward lines read only its own nodes, persistent values and constants",
+                    || format!("segment {s}, node {v} reads {a}"),
+                )?;
+                if !own && !is_const(a) {
+                    bookmarks.insert(a);
+                }
+            }
+            if matches!(tape.node(v), Node::Draw(..)) && !is_persistent(v) {
+                draws.push(v);
+            }
+        }
+        let bookmarks: Vec<NodeId> = bookmarks.into_iter().collect();
+        ensure(
+            seg.bookmarks == bookmarks,
+            "bookmarks are the persistent values before the segment that it reads",
+            || format!("segment {s}: plan {:?}, tape {:?}", seg.bookmarks, bookmarks),
+        )?;
+        ensure(seg.draws == draws, "draws are the segment's live non-persistent draws", || {
+            format!("segment {s}")
+        })?;
+    }
+
+    // Strategy and scratch slots.
+    if count == 1 {
+        ensure(sp.strategy == Checkpoint::Off, "one segment is the plain kernel", || "strategy".into())?;
+    } else {
+        ensure(sp.strategy != Checkpoint::Off, "a checkpointed plan names its strategy", || {
+            "strategy".into()
+        })?;
+    }
+    if sp.strategy == Checkpoint::Scratch {
+        ensure(sp.scratch_slots == crossing_values, "scratch slots are the crossing values", || {
+            "scratch_slots".into()
+        })?;
+    } else {
+        ensure(sp.scratch_slots.is_empty(), "only the scratch strategy has slots", || {
+            "scratch_slots".into()
+        })?;
+    }
+
+    // Opacity: a reverse block reads persistent values only through its opaque reads.
+    let op = &plan.opacity;
+    ensure(
+        op.opaque_reads.len() == count && op.rekey.len() == count,
+        "one opacity entry per segment",
+        || "opacity".into(),
+    )?;
+    if count == 1 {
+        ensure(
+            op.opaque_reads[0].is_empty() && !op.rekey[0],
+            "nothing is opaque in the plain kernel",
+            || "opacity".into(),
+        )?;
+        return Ok(());
+    }
+    for (s, seg) in sp.segments.iter().enumerate() {
+        let reads = &op.opaque_reads[s];
+        ensure(reads.windows(2).all(|w| w[0] < w[1]), "opaque reads ascend", || format!("segment {s}"))?;
+        for &r in reads {
+            ensure(
+                is_persistent(r) && !is_const(r),
+                "opaque reads are non-constant persistent values",
+                || format!("segment {s}, {r}"),
+            )?;
+        }
+        ensure(op.rekey[s] != seg.draws.is_empty(), "a block that regenerates draws re-keys", || {
+            format!("segment {s}")
+        })?;
+        let rec = recomputed(tape, &plan.activity, sp, s);
+        let available =
+            |v: NodeId| is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok();
+        // Every persistent value the block reads is read opaquely, and nothing else is.
+        let mut used = BTreeSet::new();
+        for &v in &rec {
+            used.extend(tape.node(v).args());
+        }
+        for i in seg.range.clone() {
+            let v = NodeId(i);
+            if live[v.index()] && plan.activity.active[v.index()] {
+                used.extend(adjoint_reads(tape.node(v), v));
+            }
+        }
+        let used: Vec<NodeId> = used.into_iter().filter(|&v| is_persistent(v) && !is_const(v)).collect();
+        ensure(
+            *reads == used,
+            "opaque reads are exactly the persistent values the reverse block reads",
+            || format!("segment {s}: plan {reads:?}, block reads {used:?}"),
+        )?;
+        for &v in &rec {
+            for a in tape.node(v).args() {
+                ensure(
+                    available(a),
+                    "a reverse block's recomputation reads only its copies and locals",
+                    || format!("segment {s}, node {v} reads {a}"),
+                )?;
+            }
+        }
+        for i in seg.range.clone() {
+            let v = NodeId(i);
+            if live[v.index()] && plan.activity.active[v.index()] {
+                for r in adjoint_reads(tape.node(v), v) {
+                    ensure(
+                        available(r),
+                        "a reverse block's adjoint rules read only its copies and locals",
+                        || format!("segment {s}, node {v} reads {r}"),
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! Segmentation: the checkpoint plan.
+//!
+//! Contract (see `crate::plan::SegmentPlan` for the guarantees of the result):
+//!
+//! - **Which values count.** Only *live* values (those that reach an output, `Activity::live`) that
+//!   are not constants. A value's *last read* is the highest live node that reads it, or position n
+//!   when it is an output. Dead nodes are dropped from every kernel, so a dead node never crosses a
+//!   cut and a read by a dead node is not a read. Constants are re-materialized where they are
+//!   used, never persisted, so they never cross.
+//! - **Crossing.** A value v crosses cut c (a position in 1..n-1, the first node of a segment) when
+//!   `v < c <= last_read(v)`. Draws and inputs count like any other value.
+//! - **Segment count S.** `Checkpoint::Off`, `segments == Some(0 | 1)` → 1. `Some(k > 1)` → k.
+//!   Otherwise register recompute uses [`DEFAULT_SEGMENTS`](crate::plan::DEFAULT_SEGMENTS) once the
+//!   tape has at least `ckpt_nodes` nodes (else 1), and scratch uses ceil(n / seg_len) (seg_len
+//!   defaults to [`DEFAULT_SEG_LEN`](crate::plan::DEFAULT_SEG_LEN); 0 is read as 1). S is then
+//!   reduced to n when S > n (every segment keeps at least one node); a tape of 0 or 1 nodes has
+//!   one segment.
+//! - **Cuts.** Cut s (1..S-1) aims at floor(s·n/S) and searches the window ±max(1, n/(4S)),
+//!   clamped to stay above the previous cut and to leave room for the cuts after it (so cuts are
+//!   strictly increasing inside 1..n-1; the clamped window is never empty when S <= n). The chosen
+//!   position has the fewest crossing values; ties go to the position nearest the target, then to
+//!   the lower position.
+//! - **Persistent values** = values crossing any cut ∪ inputs ∪ outputs (inputs and outputs even
+//!   when they are constants or dead), ascending.
+//! - **Per segment.** `bookmarks`: non-constant persistent values computed before the segment that
+//!   a live node of the segment reads (ascending). `draws`: the segment's live draw nodes that are
+//!   not persistent (its reverse block regenerates them from (path, k)).
+//! - **Scratch.** With the scratch strategy and S > 1, `scratch_slots` lists every value crossing
+//!   some cut (inputs included), ascending: slot k holds `scratch_slots[k]`.
+//! - With S = 1 the plan's strategy is `Checkpoint::Off` (the plain kernel) whatever was asked.
+
+use crate::plan::{
+    Checkpoint, Liveness, Segment, SegmentOptions, SegmentPlan, DEFAULT_SEGMENTS, DEFAULT_SEG_LEN,
+};
+use crate::tape::{Node, NodeId, Tape};
+use std::collections::BTreeSet;
+
+/// The last live reader of every live non-constant value (`n` for outputs); `None` for constants,
+/// dead values and values nothing live reads. `live` is `Activity::live`.
+pub fn live_last_read(tape: &Tape, live: &[bool]) -> Vec<Option<u32>> {
+    let n = tape.len();
+    let mut last: Vec<Option<u32>> = vec![None; n];
+    for (i, node) in tape.nodes.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        for a in node.args() {
+            last[a.index()] = Some(i as u32);
+        }
+    }
+    for out in &tape.outputs {
+        last[out.node.index()] = Some(n as u32);
+    }
+    for (i, node) in tape.nodes.iter().enumerate() {
+        if matches!(node, Node::Const(_)) || !live[i] {
+            last[i] = None;
+        }
+    }
+    last
+}
+
+/// `cross[c]` (c in 0..=n) = the number of values v with `v < c <= last_read(v)`.
+pub fn crossing_profile(last_read: &[Option<u32>]) -> Vec<u32> {
+    let n = last_read.len();
+    let mut delta = vec![0i64; n + 2];
+    for (v, last) in last_read.iter().enumerate() {
+        if let Some(last) = *last {
+            let last = last as usize;
+            if last > v {
+                delta[v + 1] += 1;
+                delta[last + 1] -= 1;
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(n + 1);
+    let mut count = 0i64;
+    for d in &delta[..=n] {
+        count += d;
+        out.push(count as u32);
+    }
+    out
+}
+
+/// The number of segments the options ask for on a tape of `n` nodes, after reducing it to n.
+pub fn segment_count(n: usize, opts: &SegmentOptions) -> u32 {
+    let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+    let wanted = if opts.strategy == Checkpoint::Off {
+        1
+    } else {
+        match opts.segments {
+            Some(k) => k.max(1),
+            None => match opts.strategy {
+                Checkpoint::Off => 1,
+                Checkpoint::Registers => {
+                    if n32 >= opts.ckpt_nodes {
+                        DEFAULT_SEGMENTS
+                    } else {
+                        1
+                    }
+                }
+                Checkpoint::Scratch => {
+                    let len = opts.seg_len.unwrap_or(DEFAULT_SEG_LEN).max(1);
+                    n32.div_ceil(len)
+                }
+            },
+        }
+    };
+    wanted.min(n32).max(1)
+}
+
+/// Chooses `count - 1` cuts on a tape of `n` nodes from the crossing profile (see the module doc).
+/// Requires `1 <= count <= max(n, 1)` and `cross.len() == n + 1`.
+pub fn choose_cuts(cross: &[u32], n: usize, count: u32) -> Vec<u32> {
+    let s_total = count as usize;
+    let mut cuts: Vec<u32> = Vec::with_capacity(s_total.saturating_sub(1));
+    if s_total <= 1 || n < 2 {
+        return cuts;
+    }
+    let window = (n / (4 * s_total)).max(1);
+    for s in 1..s_total {
+        let target = s * n / s_total;
+        let prev = cuts.last().map_or(0, |&c| c as usize);
+        let lo = target.saturating_sub(window).max(prev + 1).max(1);
+        // Leave room for the s_total - 1 - s cuts after this one, all inside 1..n-1.
+        let hi = (target + window).min(n - s_total + s);
+        let mut best = lo;
+        for c in lo..=hi.max(lo) {
+            let key = |p: usize| (cross[p], p.abs_diff(target), p);
+            if key(c) < key(best) {
+                best = c;
+            }
+        }
+        cuts.push(best as u32);
+    }
+    cuts
+}
+
+/// Cuts the tape into segments and decides which values persist (the module doc is the contract).
+/// Assumes a verified tape; `liveness` must be `liveness(tape)`.
+pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> SegmentPlan {
+    let n = tape.len();
+    let act = super::activity(tape);
+    let last = live_last_read(tape, &act.live);
+    debug_assert!(last
+        .iter()
+        .zip(&liveness.last_use)
+        .all(|(l, all)| l.is_none() || (all.is_some() && l <= all)));
+    let cross = crossing_profile(&last);
+    let count = segment_count(n, opts);
+    let cuts = choose_cuts(&cross, n, count);
+    let crossing: Vec<u32> = cuts.iter().map(|&c| cross[c as usize]).collect();
+
+    // v crosses some cut iff the first cut after v is at most its last read.
+    let crosses = |v: usize| -> bool {
+        let Some(l) = last[v] else { return false };
+        let k = cuts.partition_point(|&c| (c as usize) <= v);
+        k < cuts.len() && cuts[k] <= l
+    };
+    let mut persistent_set: BTreeSet<u32> = (0..n).filter(|&v| crosses(v)).map(|v| v as u32).collect();
+    let crossing_values: Vec<NodeId> = persistent_set.iter().map(|&v| NodeId(v)).collect();
+    for (i, node) in tape.nodes.iter().enumerate() {
+        if matches!(node, Node::Input(_)) {
+            persistent_set.insert(i as u32);
+        }
+    }
+    for out in &tape.outputs {
+        persistent_set.insert(out.node.0);
+    }
+    let mut is_persistent = vec![false; n];
+    for &p in &persistent_set {
+        is_persistent[p as usize] = true;
+    }
+
+    let mut bounds: Vec<u32> = Vec::with_capacity(cuts.len() + 2);
+    bounds.push(0);
+    bounds.extend(&cuts);
+    bounds.push(n as u32);
+    let segments = bounds
+        .windows(2)
+        .map(|w| {
+            let (start, end) = (w[0], w[1]);
+            let mut bookmarks = BTreeSet::new();
+            let mut draws = Vec::new();
+            for i in start..end {
+                let node = &tape.nodes[i as usize];
+                if !act.live[i as usize] {
+                    continue;
+                }
+                for a in node.args() {
+                    if a.0 < start
+                        && is_persistent[a.index()]
+                        && !matches!(tape.nodes[a.index()], Node::Const(_))
+                    {
+                        bookmarks.insert(a);
+                    }
+                }
+                if matches!(node, Node::Draw(..)) && !is_persistent[i as usize] {
+                    draws.push(NodeId(i));
+                }
+            }
+            Segment { range: start..end, bookmarks: bookmarks.into_iter().collect(), draws }
+        })
+        .collect::<Vec<_>>();
+
+    let checkpointed = segments.len() > 1;
+    let strategy = if checkpointed { opts.strategy } else { Checkpoint::Off };
+    let scratch_slots = if strategy == Checkpoint::Scratch { crossing_values } else { Vec::new() };
+    SegmentPlan {
+        strategy,
+        segments,
+        cuts: cuts.into_iter().map(NodeId).collect(),
+        crossing,
+        persistent: persistent_set.into_iter().map(NodeId).collect(),
+        scratch_slots,
+    }
+}

@@ -1,0 +1,507 @@
+//! Results: the fixed summation order of TAPE-FORMAT.md (Results) and the report built from it.
+//!
+//! Every sum over paths is one balanced pairwise tree over aligned power-of-two blocks of path
+//! indices, with zero padding:
+//!
+//! ```text
+//! leaf p   = the path's value as f64 (its square: leaf * leaf, in f64); +0.0 for p >= paths
+//! S(a, 1)  = leaf a
+//! S(a, 2m) = S(a, m) + S(a + m, m)            (f64, a a multiple of 2m)
+//! sum      = S(0, R),  R = paths.next_power_of_two()   (the smallest root)
+//! ```
+//!
+//! Padding is added literally (`x + 0.0`), so the only thing the root size could change is the sign
+//! of an all-`-0.0` sum; fixing `R` as the smallest power of two `>= paths` makes even that exact.
+//!
+//! A run over any path range reports [`PartialSums`]: the sums of the maximal aligned blocks that tile
+//! its range (TAPE-FORMAT.md asks for ranges whose ends are multiples of 1024 or the path count; any
+//! range works here). `PartialSums` keeps blocks in a canonical form: two sibling blocks are always
+//! combined into their parent, and a block whose sibling lies wholly at or past `paths` is combined
+//! with that zero sibling. Every block's value is therefore `S(a, m)` of the single-run tree, and
+//! merging partial results in any order or grouping rebuilds exactly the single run's bits.
+//!
+//! [`Report`] turns complete sums into the numbers a user reads:
+//!
+//! ```text
+//! value  = sum / paths            greek[i] = (sum of d output / d input i) / paths
+//! stderr = sqrt(max(0, (sumsq - sum * (sum / paths)) / (paths - 1))) / sqrt(paths)   (0 for 1 path)
+//! ```
+//!
+//! Runtime backends use the same functions, so a report is the same bits whichever target summed it.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Why partial sums could not be built, merged or finished.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReportError {
+    #[error("a run needs at least one path")]
+    NoPaths,
+    #[error("partial sums for {left} paths cannot merge with partial sums for {right} paths")]
+    PathsMismatch { left: u64, right: u64 },
+    #[error("block at path {start} of length 2^{log2_len} is not aligned to its length")]
+    Misaligned { start: u64, log2_len: u32 },
+    #[error("block at path {start} of length 2^{log2_len} lies outside the run's {paths} paths (tree root {root})")]
+    OutOfRange { start: u64, log2_len: u32, paths: u64, root: u64 },
+    #[error("block at path {start} of length 2^{log2_len} overlaps paths already summed")]
+    Overlap { start: u64, log2_len: u32 },
+    #[error("the sums cover {covered} of {paths} paths; the total needs all of them")]
+    Incomplete { covered: u64, paths: u64 },
+    #[error("{what}: expected {expected}, got {got}")]
+    Shape { what: &'static str, expected: usize, got: usize },
+}
+
+/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct Block {
+    pub start: u64,
+    pub log2_len: u32,
+    pub sum: f64,
+}
+
+impl Block {
+    fn len(&self) -> u64 {
+        1u64 << self.log2_len
+    }
+}
+
+/// The fixed-order sum of `leaves` (leaf p at index p): `S(0, leaves.len().next_power_of_two())`, 0 if empty.
+pub fn tree_sum(leaves: &[f64]) -> f64 {
+    if leaves.is_empty() {
+        return 0.0;
+    }
+    let mut level = leaves.to_vec();
+    while level.len() > 1 {
+        if level.len() % 2 == 1 {
+            level.push(0.0); // an all-zero block sums to +0.0
+        }
+        level = level.chunks_exact(2).map(|p| p[0] + p[1]).collect();
+    }
+    level[0]
+}
+
+/// Some aligned blocks of the summation tree of a run of `paths` paths, in canonical form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartialSums {
+    paths: u64,
+    /// start -> (log2 length, sum); disjoint, canonical (no two siblings both present).
+    blocks: BTreeMap<u64, (u32, f64)>,
+}
+
+impl PartialSums {
+    /// No paths summed yet, for a run of `paths` paths (at least one).
+    pub fn empty(paths: u64) -> Result<PartialSums, ReportError> {
+        if paths == 0 {
+            return Err(ReportError::NoPaths);
+        }
+        Ok(PartialSums { paths, blocks: BTreeMap::new() })
+    }
+
+    /// The sums of paths `start .. start + leaves.len()` of a run of `paths` paths (leaf p-start is path p).
+    pub fn from_leaves(paths: u64, start: u64, leaves: &[f64]) -> Result<PartialSums, ReportError> {
+        let mut out = PartialSums::empty(paths)?;
+        let end = start.checked_add(leaves.len() as u64).filter(|&e| e <= paths).ok_or(
+            ReportError::OutOfRange { start, log2_len: 0, paths, root: paths.next_power_of_two() },
+        )?;
+        // Tile [start, end) with maximal aligned blocks, left to right.
+        let mut a = start;
+        while a < end {
+            let mut log2 = if a == 0 { 63 } else { a.trailing_zeros() };
+            while log2 > 0 && (1u64 << log2) > end - a {
+                log2 -= 1;
+            }
+            let len = 1u64 << log2;
+            let lo = (a - start) as usize;
+            let sum = tree_sum(&leaves[lo..lo + len as usize]);
+            out.insert(Block { start: a, log2_len: log2, sum })?;
+            a += len;
+        }
+        Ok(out)
+    }
+
+    /// Partial sums from block sums a backend computed (each `S(start, 2^log2_len)` of the run's tree).
+    pub fn from_blocks(paths: u64, blocks: &[Block]) -> Result<PartialSums, ReportError> {
+        let mut out = PartialSums::empty(paths)?;
+        for b in blocks {
+            out.insert(*b)?;
+        }
+        Ok(out)
+    }
+
+    /// Adds `other`'s paths; fails (leaving `self` unchanged) on a different run size or on overlap.
+    pub fn merge(&mut self, other: &PartialSums) -> Result<(), ReportError> {
+        if self.paths != other.paths {
+            return Err(ReportError::PathsMismatch { left: self.paths, right: other.paths });
+        }
+        let mut next = self.clone();
+        for b in other.blocks() {
+            next.insert(b)?;
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The run's path count.
+    pub fn paths(&self) -> u64 {
+        self.paths
+    }
+
+    /// The blocks held, by start; each is the single-run tree's `S(start, 2^log2_len)`.
+    pub fn blocks(&self) -> Vec<Block> {
+        self.blocks.iter().map(|(&start, &(log2_len, sum))| Block { start, log2_len, sum }).collect()
+    }
+
+    /// How many of the run's paths are summed.
+    pub fn covered(&self) -> u64 {
+        self.blocks().iter().map(|b| (b.start + b.len()).min(self.paths) - b.start).sum()
+    }
+
+    /// The whole run's sum, bit-identical to `tree_sum` of all its leaves; fails until every path is in.
+    pub fn total(&self) -> Result<f64, ReportError> {
+        let root = self.paths.next_power_of_two();
+        match self.blocks.get(&0) {
+            Some(&(log2, sum)) if (1u64 << log2) == root => Ok(sum),
+            _ => Err(ReportError::Incomplete { covered: self.covered(), paths: self.paths }),
+        }
+    }
+
+    #[allow(clippy::assign_op_pattern)]
+    fn insert(&mut self, b: Block) -> Result<(), ReportError> {
+        let root = self.paths.next_power_of_two();
+        let (start, log2) = (b.start, b.log2_len);
+        if log2 >= 64 || start % (1u64 << log2) != 0 {
+            return Err(ReportError::Misaligned { start, log2_len: log2 });
+        }
+        let len = 1u64 << log2;
+        if start >= self.paths || len > root {
+            return Err(ReportError::OutOfRange { start, log2_len: log2, paths: self.paths, root });
+        }
+        let end = start + len;
+        let overlaps_before = self
+            .blocks
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(&s, &(l, _))| s + (1u64 << l) > start);
+        let overlaps_after = self.blocks.range(start + 1..).next().is_some_and(|(&s, _)| s < end);
+        if overlaps_before || overlaps_after {
+            return Err(ReportError::Overlap { start, log2_len: log2 });
+        }
+        let (mut s, mut l, mut v) = (start, log2, b.sum);
+        while (1u64 << l) < root {
+            let m = 1u64 << l;
+            if s % (2 * m) == 0 {
+                let sib = s + m;
+                if sib >= self.paths {
+                    v += 0.0; // S(sib, m) of padding is +0.0, added literally
+                } else if self.blocks.get(&sib).is_some_and(|&(sl, _)| sl == l) {
+                    v += self.blocks.remove(&sib).map_or(0.0, |(_, x)| x);
+                } else {
+                    break;
+                }
+            } else {
+                let sib = s - m;
+                if self.blocks.get(&sib).is_some_and(|&(sl, _)| sl == l) {
+                    let left = self.blocks.remove(&sib).map_or(0.0, |(_, x)| x);
+                    v = left + v; // S(a, 2m) = S(a, m) + S(a + m, m), written in tree order
+                    s = sib;
+                } else {
+                    break;
+                }
+            }
+            l += 1;
+        }
+        self.blocks.insert(s, (l, v));
+        Ok(())
+    }
+}
+
+/// The fixed-order sums of one output over some paths: its values, their squares, and its
+/// derivative with respect to every input (in input order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputSums {
+    pub value: PartialSums,
+    pub square: PartialSums,
+    pub greeks: Vec<PartialSums>,
+}
+
+impl OutputSums {
+    /// The sums over paths `start .. start + values.len()` of a run of `paths` paths; `derivs[i][p]`
+    /// is path `start + p`'s derivative with respect to input i.
+    pub fn from_leaves(
+        paths: u64,
+        start: u64,
+        values: &[f64],
+        derivs: &[Vec<f64>],
+    ) -> Result<OutputSums, ReportError> {
+        if let Some(d) = derivs.iter().find(|d| d.len() != values.len()) {
+            return Err(ReportError::Shape {
+                what: "derivative leaves per input",
+                expected: values.len(),
+                got: d.len(),
+            });
+        }
+        let squares: Vec<f64> = values.iter().map(|x| x * x).collect();
+        Ok(OutputSums {
+            value: PartialSums::from_leaves(paths, start, values)?,
+            square: PartialSums::from_leaves(paths, start, &squares)?,
+            greeks: derivs
+                .iter()
+                .map(|d| PartialSums::from_leaves(paths, start, d))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Adds `other`'s paths; fails (leaving `self` unchanged) on different shapes, runs or overlap.
+    pub fn merge(&mut self, other: &OutputSums) -> Result<(), ReportError> {
+        if self.greeks.len() != other.greeks.len() {
+            return Err(ReportError::Shape {
+                what: "greek sums to merge",
+                expected: self.greeks.len(),
+                got: other.greeks.len(),
+            });
+        }
+        let mut next = self.clone();
+        next.value.merge(&other.value)?;
+        next.square.merge(&other.square)?;
+        for (a, b) in next.greeks.iter_mut().zip(&other.greeks) {
+            a.merge(b)?;
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+/// One output's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutputReport {
+    pub name: String,
+    pub value: f64,
+    pub stderr: f64,
+    /// (input name, d value / d input), in input order.
+    pub greeks: Vec<(String, f64)>,
+}
+
+/// The results of a run, one entry per output in output order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub outputs: Vec<OutputReport>,
+}
+
+/// The standard error of the mean from the complete sums: sample sd (n - 1) / sqrt(n); 0 for one path.
+pub fn standard_error(paths: u64, sum: f64, sum_sq: f64) -> f64 {
+    if paths < 2 {
+        return 0.0;
+    }
+    let n = paths as f64;
+    let var = ((sum_sq - sum * (sum / n)) / (n - 1.0)).max(0.0);
+    var.sqrt() / n.sqrt()
+}
+
+impl OutputReport {
+    /// One output's results from its complete sums (`greek_sums` in input order, paired with `inputs`).
+    pub fn from_totals(
+        name: &str,
+        paths: u64,
+        sum: f64,
+        sum_sq: f64,
+        inputs: &[String],
+        greek_sums: &[f64],
+    ) -> Result<OutputReport, ReportError> {
+        if paths == 0 {
+            return Err(ReportError::NoPaths);
+        }
+        if inputs.len() != greek_sums.len() {
+            return Err(ReportError::Shape {
+                what: "greek sums per input",
+                expected: inputs.len(),
+                got: greek_sums.len(),
+            });
+        }
+        let n = paths as f64;
+        Ok(OutputReport {
+            name: name.to_string(),
+            value: sum / n,
+            stderr: standard_error(paths, sum, sum_sq),
+            greeks: inputs.iter().zip(greek_sums).map(|(i, g)| (i.clone(), g / n)).collect(),
+        })
+    }
+}
+
+impl Report {
+    /// The report from every output's complete sums (`sums` in output order, parallel to `outputs`).
+    pub fn from_sums(
+        outputs: &[String],
+        inputs: &[String],
+        sums: &[OutputSums],
+    ) -> Result<Report, ReportError> {
+        if outputs.len() != sums.len() {
+            return Err(ReportError::Shape {
+                what: "output sums",
+                expected: outputs.len(),
+                got: sums.len(),
+            });
+        }
+        let outputs = outputs
+            .iter()
+            .zip(sums)
+            .map(|(name, s)| {
+                let greeks: Vec<f64> = s.greeks.iter().map(|g| g.total()).collect::<Result<_, _>>()?;
+                OutputReport::from_totals(
+                    name,
+                    s.value.paths(),
+                    s.value.total()?,
+                    s.square.total()?,
+                    inputs,
+                    &greeks,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Report { outputs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn naive_tree(leaves: &[f64], a: usize, m: usize) -> f64 {
+        if m == 1 {
+            return leaves.get(a).copied().unwrap_or(0.0);
+        }
+        naive_tree(leaves, a, m / 2) + naive_tree(leaves, a + m / 2, m / 2)
+    }
+
+    #[test]
+    fn tree_sum_is_the_pairwise_tree() {
+        assert_eq!(tree_sum(&[]), 0.0);
+        assert_eq!(tree_sum(&[3.5]), 3.5);
+        // ((1e16 + 1) + (-1e16 + 1)) = 1e16 + -1e16 + ... : the order shows in the bits.
+        let x = [1e16, 1.0, -1e16, 1.0];
+        assert_eq!(tree_sum(&x), (1e16 + 1.0) + (-1e16 + 1.0));
+        assert_eq!(tree_sum(&x), 0.0);
+        assert_eq!(x.iter().sum::<f64>(), 1.0); // left to right differs
+        let y = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(tree_sum(&y), ((1.0 + 2.0) + (3.0 + 4.0)) + ((5.0 + 0.0) + 0.0));
+        // An all -0.0 run of a power-of-two size keeps its sign; padding makes it +0.0.
+        assert!(tree_sum(&[-0.0, -0.0]).is_sign_negative());
+        assert!(tree_sum(&[-0.0, -0.0, -0.0]).is_sign_positive());
+        for n in 1..40usize {
+            let v: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i as i32 % 7)).collect();
+            assert_eq!(tree_sum(&v).to_bits(), naive_tree(&v, 0, n.next_power_of_two()).to_bits());
+        }
+    }
+
+    #[test]
+    fn partial_tiling_is_maximal_blocks() {
+        let leaves: Vec<f64> = (0..1000).map(|i| i as f64).collect();
+        let p = PartialSums::from_leaves(5000, 1024, &leaves).unwrap();
+        let shape: Vec<(u64, u32)> = p.blocks().iter().map(|b| (b.start, b.log2_len)).collect();
+        assert_eq!(shape, [(1024, 9), (1536, 8), (1792, 7), (1920, 6), (1984, 5), (2016, 3)]);
+        assert_eq!(p.covered(), 1000);
+        assert_eq!(p.total(), Err(ReportError::Incomplete { covered: 1000, paths: 5000 }));
+        // A tail run: [4096, 5000) closes with zero padding up to the root 8192.
+        let tail = PartialSums::from_leaves(5000, 4096, &vec![1.0; 904]).unwrap();
+        assert_eq!(tail.blocks().iter().map(|b| (b.start, b.log2_len)).collect::<Vec<_>>(), [(4096, 12)]);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        assert_eq!(PartialSums::empty(0), Err(ReportError::NoPaths));
+        let mut a = PartialSums::from_leaves(10, 0, &[1.0; 4]).unwrap();
+        let b = PartialSums::from_leaves(10, 2, &[1.0; 4]).unwrap();
+        let before = a.clone();
+        assert!(matches!(a.merge(&b), Err(ReportError::Overlap { .. })));
+        assert_eq!(a, before);
+        let c = PartialSums::from_leaves(11, 4, &[1.0; 4]).unwrap();
+        assert_eq!(a.merge(&c), Err(ReportError::PathsMismatch { left: 10, right: 11 }));
+        assert!(matches!(PartialSums::from_leaves(10, 8, &[1.0; 3]), Err(ReportError::OutOfRange { .. })));
+        let bad = Block { start: 2, log2_len: 2, sum: 0.0 };
+        assert_eq!(PartialSums::from_blocks(10, &[bad]), Err(ReportError::Misaligned { start: 2, log2_len: 2 }));
+        let big = Block { start: 0, log2_len: 5, sum: 0.0 };
+        assert!(matches!(PartialSums::from_blocks(10, &[big]), Err(ReportError::OutOfRange { .. })));
+        let e = ReportError::Incomplete { covered: 3, paths: 10 }.to_string();
+        assert_eq!(e, "the sums cover 3 of 10 paths; the total needs all of them");
+    }
+
+    #[test]
+    fn report_statistics() {
+        // Paths 1, 2, 3, 4: mean 2.5, sample variance 5/3.
+        let v = [1.0, 2.0, 3.0, 4.0];
+        let d = vec![vec![2.0, 2.0, 2.0, 4.0], vec![0.0; 4]];
+        let s = OutputSums::from_leaves(4, 0, &v, &d).unwrap();
+        let names = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let r = Report::from_sums(&names(&["price"]), &names(&["spot", "vol"]), &[s]).unwrap();
+        let o = &r.outputs[0];
+        assert_eq!(o.name, "price");
+        assert_eq!(o.value, 2.5);
+        assert_eq!(o.stderr, ((30.0 - 10.0 * 2.5) / 3.0f64).sqrt() / 2.0);
+        assert_eq!(o.greeks, vec![("spot".to_string(), 2.5), ("vol".to_string(), 0.0)]);
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            json,
+            r#"{"outputs":[{"name":"price","value":2.5,"stderr":0.6454972243679028,"greeks":[["spot",2.5],["vol",0.0]]}]}"#
+        );
+        assert_eq!(standard_error(1, 5.0, 25.0), 0.0);
+        assert_eq!(standard_error(3, 3.0, 3.0), 0.0); // constant paths
+        let short = OutputSums::from_leaves(4, 0, &v, &[vec![1.0]]);
+        assert!(matches!(short, Err(ReportError::Shape { .. })));
+        let partial = OutputSums::from_leaves(8, 0, &v, &d).unwrap();
+        let r = Report::from_sums(&names(&["p"]), &names(&["a", "b"]), &[partial]);
+        assert_eq!(r, Err(ReportError::Incomplete { covered: 4, paths: 8 }));
+    }
+
+    fn leaf() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(0.0),
+            Just(-0.0),
+            (-1e6f64..1e6),
+            (-1.0f64..1.0).prop_map(|x| x * 1e-12),
+            (-1.0f64..1.0).prop_map(|x| x * 1e15),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Cutting a run anywhere, summing the pieces separately and merging them in any order and
+        /// grouping gives exactly the single run's bits.
+        #[test]
+        fn merging_rebuilds_the_single_run(
+            leaves in prop::collection::vec(leaf(), 1..300),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+            order in any::<u64>(),
+        ) {
+            let n = leaves.len();
+            let paths = n as u64;
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(n + 1)).collect();
+            points.push(0);
+            points.push(n);
+            points.sort_unstable();
+            points.dedup();
+            let mut parts: Vec<PartialSums> = points
+                .windows(2)
+                .map(|w| PartialSums::from_leaves(paths, w[0] as u64, &leaves[w[0]..w[1]]).unwrap())
+                .collect();
+            // A pseudo-random order and grouping: repeatedly merge two chosen parts.
+            let mut state = order | 1;
+            while parts.len() > 1 {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let i = (state >> 33) as usize % parts.len();
+                let b = parts.swap_remove(i);
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let j = (state >> 33) as usize % parts.len();
+                if state & (1 << 20) == 0 {
+                    parts[j].merge(&b).unwrap();
+                } else {
+                    let mut b = b;
+                    b.merge(&parts[j]).unwrap();
+                    parts[j] = b;
+                }
+            }
+            let total = parts[0].total().unwrap();
+            prop_assert_eq!(total.to_bits(), tree_sum(&leaves).to_bits());
+            prop_assert_eq!(total.to_bits(), naive_tree(&leaves, 0, n.next_power_of_two()).to_bits());
+        }
+    }
+}

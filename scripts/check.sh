@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this).
+#
+# Installs what the tests need when it is missing (PoCL, lavapipe, glslang, spirv-tools, the
+# NVRTC/ptxas wheels: scripts/install-test-deps.sh), then runs every test in the workspace with
+# the real compilers required, rejects pending or unreferenced insta snapshots, and runs each
+# fuzz target briefly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "installing test dependencies (skipped where present)"
+bash scripts/install-test-deps.sh
+# shellcheck disable=SC1091
+source .tools/env.sh
+
+# Every compiler check must run for real here: a missing tool fails instead of skipping.
+export NABLAC_REQUIRE_TOOLS=1
+# Snapshots never change in a test run: a mismatch fails and nothing is written.
+export INSTA_UPDATE=no INSTA_FORCE_PASS=0
+refs=$(mktemp)
+trap 'rm -f "$refs"' EXIT
+export INSTA_SNAPSHOT_REFERENCES_FILE=$refs
+
+step "cargo test --workspace"
+cargo test --workspace --locked --no-fail-fast
+
+step "snapshot hygiene: no pending, no unreferenced snapshots"
+pending=$(find snapshots compiler tests -name '*.snap.new' -o -name '*.pending-snap' 2>/dev/null || true)
+if [ -n "$pending" ]; then
+  echo "pending snapshots (review them with 'cargo insta review'):"; echo "$pending"; exit 1
+fi
+unreferenced=0
+while IFS= read -r snap; do
+  abs=$(realpath "$snap")
+  if ! grep -qxF "$abs" <(xargs -r -d '\n' realpath -m < "$refs" 2>/dev/null); then
+    echo "unreferenced snapshot: $snap"; unreferenced=1
+  fi
+done < <(find snapshots -name '*.snap' 2>/dev/null | sort)
+[ "$unreferenced" = 0 ] || { echo "remove unreferenced snapshots (or the test that lost them)"; exit 1; }
+echo "snapshots: $(find snapshots -name '*.snap' | wc -l) referenced, none pending"
+
+if [ -x scripts/fuzz-smoke.sh ]; then
+  step "fuzz smoke run"
+  bash scripts/fuzz-smoke.sh "${NABLAC_FUZZ_SECONDS:-15}"
+fi
+
+step "all checks passed"
