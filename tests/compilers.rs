@@ -115,3 +115,45 @@ fn check_err<T: std::fmt::Debug>(r: Result<T, toolchain::ToolError>) -> Option<S
         Err(e) => Some(e.to_string()),
     }
 }
+
+/// Every `*.cu`, `*.cl` and `*.comp` file in `$NABLAC_COMPILE_DIR` (e.g. what `nablac emit`
+/// wrote, or an emitter dump) through its compiler; all failures are reported together. CUDA is
+/// compiled with `--fmad=false` and OpenCL with `-cl-fp32-correctly-rounded-divide-sqrt`, as the
+/// emitted manifests ask. Does nothing without the variable.
+#[test]
+fn every_kernel_in_nablac_compile_dir() {
+    let Some(dir) = std::env::var_os("NABLAC_COMPILE_DIR") else { return };
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("NABLAC_COMPILE_DIR={dir:?}: {e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(|x| x.to_str()), Some("cu" | "cl" | "comp")))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .cu/.cl/.comp files in {dir:?}");
+    let mut failures = Vec::new();
+    for path in &files {
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let t0 = std::time::Instant::now();
+        let outcome = match path.extension().and_then(|x| x.to_str()) {
+            Some("cu") => toolchain::ptxas_reports(&src, "90", &["--fmad=false"], &name).map(|rs| {
+                rs.iter().map(|(e, r)| format!("{e}: {} regs, {} B spill st, {} B spill ld, {} B stack", r.registers, r.spill_stores, r.spill_loads, r.stack)).collect::<Vec<_>>().join("; ")
+            }),
+            Some("cl") => toolchain::opencl_build(&src, "-cl-fp32-correctly-rounded-divide-sqrt", &name).map(|b| format!("kernels {:?}", b.kernels)),
+            _ => toolchain::glsl_to_spirv(&src, &name).map(|spv| format!("{} B SPIR-V", spv.len())),
+        };
+        match outcome {
+            Ok(msg) => eprintln!("ok   {name} ({:.1} s): {msg}", t0.elapsed().as_secs_f64()),
+            Err(e @ toolchain::ToolError::Missing { .. }) => {
+                if check::<()>(Err(e)).is_none() {
+                    continue;
+                }
+            }
+            Err(e) => {
+                eprintln!("FAIL {name}");
+                failures.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} kernels failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
+}
