@@ -8,6 +8,7 @@
 //!
 //! Each arrow is one function with a typed result; nothing goes backwards.
 
+pub mod corpus;
 pub mod emit;
 pub mod format;
 pub mod jit;

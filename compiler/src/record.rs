@@ -28,7 +28,7 @@
 //! Every op of the IR is reachable: `input`, `constant`, `normal`, `uniform`, `+ - * /` (with `Var` or
 //! `f64` on either side), `max`, `min`, unary `-`, `exp`, `ln` (op `log`), `sqrt`, `abs`.
 
-use crate::tape::{BinaryOp, DrawKind, Input, Node, NodeId, Output, Tape, UnaryOp, is_valid_name};
+use crate::tape::{is_valid_name, BinaryOp, DrawKind, Input, Node, NodeId, Output, Tape, UnaryOp};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -118,27 +118,44 @@ impl Default for Recorder {
 impl Recorder {
     /// An empty recorder.
     pub fn new() -> Recorder {
-        Recorder { inner: Rc::new(RefCell::new(Inner::default())) }
+        Recorder {
+            inner: Rc::new(RefCell::new(Inner::default())),
+        }
     }
 
     fn var(&self, id: NodeId) -> Var {
-        Var { rec: Rc::clone(&self.inner), id }
+        Var {
+            rec: Rc::clone(&self.inner),
+            id,
+        }
     }
 
     /// A new input (next input index) recorded at `value`; the name must be valid and unused by inputs.
     pub fn input(&self, name: &str, value: f64) -> Result<Var, RecordError> {
         let mut inner = self.inner.borrow_mut();
         if !is_valid_name(name) {
-            return Err(RecordError::InvalidName { kind: "input", name: name.to_string() });
+            return Err(RecordError::InvalidName {
+                kind: "input",
+                name: name.to_string(),
+            });
         }
         if inner.tape.inputs.iter().any(|i| i.name == name) {
-            return Err(RecordError::DuplicateName { kind: "input", name: name.to_string() });
+            return Err(RecordError::DuplicateName {
+                kind: "input",
+                name: name.to_string(),
+            });
         }
         if !value.is_finite() {
-            return Err(RecordError::NonFinite { what: format!("input {name}'s value"), value });
+            return Err(RecordError::NonFinite {
+                what: format!("input {name}'s value"),
+                value,
+            });
         }
         let index = inner.tape.inputs.len() as u32;
-        inner.tape.inputs.push(Input { name: name.to_string(), value });
+        inner.tape.inputs.push(Input {
+            name: name.to_string(),
+            value,
+        });
         let id = inner.push(Node::Input(index));
         drop(inner);
         Ok(self.var(id))
@@ -174,16 +191,27 @@ impl Recorder {
     /// Names `v` an output (kept in call order); the name must be valid and unused by outputs.
     pub fn output(&self, name: &str, v: &Var) -> Result<(), RecordError> {
         if !Rc::ptr_eq(&self.inner, &v.rec) {
-            return Err(RecordError::ForeignVar { what: format!("output {name}") });
+            return Err(RecordError::ForeignVar {
+                what: format!("output {name}"),
+            });
         }
         let mut inner = self.inner.borrow_mut();
         if !is_valid_name(name) {
-            return Err(RecordError::InvalidName { kind: "output", name: name.to_string() });
+            return Err(RecordError::InvalidName {
+                kind: "output",
+                name: name.to_string(),
+            });
         }
         if inner.tape.outputs.iter().any(|o| o.name == name) {
-            return Err(RecordError::DuplicateName { kind: "output", name: name.to_string() });
+            return Err(RecordError::DuplicateName {
+                kind: "output",
+                name: name.to_string(),
+            });
         }
-        inner.tape.outputs.push(Output { name: name.to_string(), node: v.id });
+        inner.tape.outputs.push(Output {
+            name: name.to_string(),
+            node: v.id,
+        });
         Ok(())
     }
 
@@ -219,7 +247,10 @@ impl Var {
 
     fn unary(&self, op: UnaryOp) -> Var {
         let id = self.rec.borrow_mut().push(Node::Unary(op, self.id));
-        Var { rec: Rc::clone(&self.rec), id }
+        Var {
+            rec: Rc::clone(&self.rec),
+            id,
+        }
     }
 
     fn binary(&self, op: BinaryOp, other: &Var) -> Var {
@@ -232,12 +263,18 @@ impl Var {
             self.id
         };
         drop(inner);
-        Var { rec: Rc::clone(&self.rec), id }
+        Var {
+            rec: Rc::clone(&self.rec),
+            id,
+        }
     }
 
     fn constant(&self, x: f64) -> Var {
         let id = self.rec.borrow_mut().constant(x);
-        Var { rec: Rc::clone(&self.rec), id }
+        Var {
+            rec: Rc::clone(&self.rec),
+            id,
+        }
     }
 
     /// A new `exp` node.
@@ -363,8 +400,8 @@ mod tests {
         assert_eq!(
             ops,
             [
-                Input, Input, Const, Normal, Uniform, Add, Sub, Mul, Div, Max, Min, Neg, Exp, Log, Sqrt,
-                Abs, Const, Add, Const, Mul, Const, Sub, Const, Div, Neg
+                Input, Input, Const, Normal, Uniform, Add, Sub, Mul, Div, Max, Min, Neg, Exp, Log,
+                Sqrt, Abs, Const, Add, Const, Mul, Const, Sub, Const, Div, Neg
             ]
         );
         for op in Op::ALL {
@@ -377,16 +414,46 @@ mod tests {
         assert_eq!(tape.nodes[20], Node::Const(1));
         assert_eq!(tape.nodes[22], Node::Const(0));
         // Operand order: f64 on the left becomes the first argument.
-        assert_eq!(tape.nodes[19], Node::Binary(BinaryOp::Mul, NodeId(18), NodeId(17)));
-        assert_eq!(tape.nodes[21], Node::Binary(BinaryOp::Sub, NodeId(20), NodeId(19)));
-        assert_eq!(tape.nodes[23], Node::Binary(BinaryOp::Div, NodeId(21), NodeId(22)));
-        assert_eq!(tape.nodes[9], Node::Binary(BinaryOp::Max, NodeId(8), NodeId(0)));
+        assert_eq!(
+            tape.nodes[19],
+            Node::Binary(BinaryOp::Mul, NodeId(18), NodeId(17))
+        );
+        assert_eq!(
+            tape.nodes[21],
+            Node::Binary(BinaryOp::Sub, NodeId(20), NodeId(19))
+        );
+        assert_eq!(
+            tape.nodes[23],
+            Node::Binary(BinaryOp::Div, NodeId(21), NodeId(22))
+        );
+        assert_eq!(
+            tape.nodes[9],
+            Node::Binary(BinaryOp::Max, NodeId(8), NodeId(0))
+        );
         assert_eq!(tape.nodes[3], Node::Draw(DrawKind::Normal, 4));
         assert_eq!(tape.n_draws, 5);
         assert_eq!(tape.n_draws, tape.draws_used());
-        assert_eq!(tape.inputs.iter().map(|i| (i.name.as_str(), i.value)).collect::<Vec<_>>(), [("x", 2.0), ("y", 3.0)]);
-        assert_eq!(tape.outputs[0], Output { name: "out".into(), node: NodeId(24) });
-        assert_eq!(tape.outputs[1], Output { name: "x_again".into(), node: NodeId(0) });
+        assert_eq!(
+            tape.inputs
+                .iter()
+                .map(|i| (i.name.as_str(), i.value))
+                .collect::<Vec<_>>(),
+            [("x", 2.0), ("y", 3.0)]
+        );
+        assert_eq!(
+            tape.outputs[0],
+            Output {
+                name: "out".into(),
+                node: NodeId(24)
+            }
+        );
+        assert_eq!(
+            tape.outputs[1],
+            Output {
+                name: "x_again".into(),
+                node: NodeId(0)
+            }
+        );
         for (i, node) in tape.nodes.iter().enumerate() {
             assert!(node.args().all(|a| a.index() < i));
         }
@@ -401,8 +468,19 @@ mod tests {
         let _ = rec.constant(0.0);
         rec.output("a", &a).unwrap();
         let tape = rec.finish().unwrap();
-        assert_eq!(tape.consts.iter().map(|c| c.to_bits()).collect::<Vec<_>>(), [0, 1 << 63, 3f64.to_bits()]);
-        assert_eq!(tape.nodes, [Node::Const(0), Node::Const(1), Node::Const(2), Node::Const(0)]);
+        assert_eq!(
+            tape.consts.iter().map(|c| c.to_bits()).collect::<Vec<_>>(),
+            [0, 1 << 63, 3f64.to_bits()]
+        );
+        assert_eq!(
+            tape.nodes,
+            [
+                Node::Const(0),
+                Node::Const(1),
+                Node::Const(2),
+                Node::Const(0)
+            ]
+        );
         assert_eq!(tape.n_draws, 0);
     }
 
@@ -412,28 +490,56 @@ mod tests {
         let x = rec.input("x", 1.0).unwrap();
         assert_eq!(
             rec.input("x", 2.0).unwrap_err(),
-            RecordError::DuplicateName { kind: "input", name: "x".into() }
+            RecordError::DuplicateName {
+                kind: "input",
+                name: "x".into()
+            }
         );
         assert_eq!(
             rec.input("9x", 2.0).unwrap_err(),
-            RecordError::InvalidName { kind: "input", name: "9x".into() }
+            RecordError::InvalidName {
+                kind: "input",
+                name: "9x".into()
+            }
         );
-        assert!(matches!(rec.input("y", f64::NAN), Err(RecordError::NonFinite { .. })));
-        assert!(matches!(rec.input(&"a".repeat(65), 1.0), Err(RecordError::InvalidName { .. })));
+        assert!(matches!(
+            rec.input("y", f64::NAN),
+            Err(RecordError::NonFinite { .. })
+        ));
+        assert!(matches!(
+            rec.input(&"a".repeat(65), 1.0),
+            Err(RecordError::InvalidName { .. })
+        ));
         rec.output("p", &x).unwrap();
         assert_eq!(
             rec.output("p", &x).unwrap_err(),
-            RecordError::DuplicateName { kind: "output", name: "p".into() }
+            RecordError::DuplicateName {
+                kind: "output",
+                name: "p".into()
+            }
         );
-        assert!(matches!(rec.output("a b", &x), Err(RecordError::InvalidName { .. })));
+        assert!(matches!(
+            rec.output("a b", &x),
+            Err(RecordError::InvalidName { .. })
+        ));
         let other = Recorder::new();
         let w = other.input("w", 1.0).unwrap();
-        assert!(matches!(rec.output("q", &w), Err(RecordError::ForeignVar { .. })));
+        assert!(matches!(
+            rec.output("q", &w),
+            Err(RecordError::ForeignVar { .. })
+        ));
         // The failed calls added nothing.
         assert_eq!(rec.len(), 1);
         assert_eq!(rec.finish().unwrap().inputs.len(), 1);
-        let msg = RecordError::InvalidName { kind: "input", name: "9x".into() }.to_string();
-        assert_eq!(msg, "input name \"9x\" is not valid: names match [A-Za-z_][A-Za-z0-9_]{0,63}");
+        let msg = RecordError::InvalidName {
+            kind: "input",
+            name: "9x".into(),
+        }
+        .to_string();
+        assert_eq!(
+            msg,
+            "input name \"9x\" is not valid: names match [A-Za-z_][A-Za-z0-9_]{0,63}"
+        );
     }
 
     #[test]
@@ -444,7 +550,13 @@ mod tests {
         let _ = &y + f64::NAN; // only the first mistake is kept
         rec.output("y", &y).unwrap();
         let e = rec.finish().unwrap_err();
-        assert_eq!(e, RecordError::NonFinite { what: "constant (node %1)".into(), value: f64::INFINITY });
+        assert_eq!(
+            e,
+            RecordError::NonFinite {
+                what: "constant (node %1)".into(),
+                value: f64::INFINITY
+            }
+        );
 
         let a = Recorder::new();
         let b = Recorder::new();

@@ -48,12 +48,17 @@ pub fn recorded_inputs(tape: &Tape) -> Vec<f64> {
 
 fn check(tape: &Tape, inputs: &[f64]) -> Result<(), ReferenceError> {
     if inputs.len() != tape.inputs.len() {
-        return Err(ReferenceError::InputCount { expected: tape.inputs.len(), got: inputs.len() });
+        return Err(ReferenceError::InputCount {
+            expected: tape.inputs.len(),
+            got: inputs.len(),
+        });
     }
     for (i, node) in tape.nodes.iter().enumerate() {
         let bad = |problem: String| Err(ReferenceError::Malformed { node: i, problem });
         match *node {
-            Node::Input(k) if k as usize >= inputs.len() => return bad(format!("input index {k} out of range")),
+            Node::Input(k) if k as usize >= inputs.len() => {
+                return bad(format!("input index {k} out of range"))
+            }
             Node::Const(k) if k as usize >= tape.consts.len() => {
                 return bad(format!("const index {k} out of range"));
             }
@@ -65,7 +70,11 @@ fn check(tape: &Tape, inputs: &[f64]) -> Result<(), ReferenceError> {
     }
     for o in &tape.outputs {
         if o.node.index() >= tape.nodes.len() {
-            return Err(ReferenceError::OutputRange { name: o.name.clone(), node: o.node.0, len: tape.nodes.len() });
+            return Err(ReferenceError::OutputRange {
+                name: o.name.clone(),
+                node: o.node.0,
+                len: tape.nodes.len(),
+            });
         }
     }
     Ok(())
@@ -203,7 +212,12 @@ fn reverse(tape: &Tape, v: &[f64], out: usize, n_inputs: usize) -> Vec<f64> {
 }
 
 /// Path `path`'s outputs and their derivatives with respect to every input, at input values `inputs`.
-pub fn evaluate_path(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Result<PathResult, ReferenceError> {
+pub fn evaluate_path(
+    tape: &Tape,
+    inputs: &[f64],
+    seed: u64,
+    path: u64,
+) -> Result<PathResult, ReferenceError> {
     check(tape, inputs)?;
     Ok(path_unchecked(tape, inputs, seed, path))
 }
@@ -211,12 +225,21 @@ pub fn evaluate_path(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Resul
 fn path_unchecked(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> PathResult {
     let v = forward(tape, inputs, seed, path);
     let outputs = tape.outputs.iter().map(|o| v[o.node.index()]).collect();
-    let greeks = tape.outputs.iter().map(|o| reverse(tape, &v, o.node.index(), inputs.len())).collect();
+    let greeks = tape
+        .outputs
+        .iter()
+        .map(|o| reverse(tape, &v, o.node.index(), inputs.len()))
+        .collect();
     PathResult { outputs, greeks }
 }
 
 /// The report of paths `0..paths` under `seed` at input values `inputs`, summed in the fixed order.
-pub fn evaluate(tape: &Tape, inputs: &[f64], seed: u64, paths: u64) -> Result<Report, ReferenceError> {
+pub fn evaluate(
+    tape: &Tape,
+    inputs: &[f64],
+    seed: u64,
+    paths: u64,
+) -> Result<Report, ReferenceError> {
     check(tape, inputs)?;
     let (n_out, n_in) = (tape.outputs.len(), inputs.len());
     let mut sums: Option<Vec<OutputSums>> = None;
@@ -230,8 +253,8 @@ pub fn evaluate(tape: &Tape, inputs: &[f64], seed: u64, paths: u64) -> Result<Re
             let r = path_unchecked(tape, inputs, seed, p);
             for o in 0..n_out {
                 values[o].push(r.outputs[o]);
-                for i in 0..n_in {
-                    derivs[o][i].push(r.greeks[o][i]);
+                for (leaves, g) in derivs[o].iter_mut().zip(&r.greeks[o]) {
+                    leaves.push(*g);
                 }
             }
         }
@@ -263,7 +286,10 @@ mod tests {
 
     fn tape_of(f: impl Fn(&Recorder, &[Var]) -> Vec<Var>, inputs: &[(&str, f64)]) -> Tape {
         let rec = Recorder::new();
-        let xs: Vec<Var> = inputs.iter().map(|(n, v)| rec.input(n, *v).unwrap()).collect();
+        let xs: Vec<Var> = inputs
+            .iter()
+            .map(|(n, v)| rec.input(n, *v).unwrap())
+            .collect();
         for (k, out) in f(&rec, &xs).iter().enumerate() {
             rec.output(&format!("out{k}"), out).unwrap();
         }
@@ -274,28 +300,57 @@ mod tests {
     fn hand_computed_values_and_greeks() {
         // f = x*y + x/y - (-y) at x = 3, y = 2: 6 + 1.5 + 2 = 9.5; df/dx = y + 1/y = 2.5;
         // df/dy = x - x/y^2 + 1 = 3 - 0.75 + 1 = 3.25.
-        let t = tape_of(|_, v| vec![&v[0] * &v[1] + &v[0] / &v[1] - (-&v[1])], &[("x", 3.0), ("y", 2.0)]);
+        let t = tape_of(
+            |_, v| vec![&v[0] * &v[1] + &v[0] / &v[1] - (-&v[1])],
+            &[("x", 3.0), ("y", 2.0)],
+        );
         let r = evaluate_path(&t, &[3.0, 2.0], 0, 0).unwrap();
         assert_eq!(r.outputs, [9.5]);
         assert_eq!(r.greeks, [vec![2.5, 3.25]]);
 
         // g = sqrt(x) * exp(ln(y)) at x = 4, y = 2: 2 * 2 = 4; dg/dx = 0.5/2 * 2 = 0.5; dg/dy = 2 * 2 * (1/2) = 2.
-        let t = tape_of(|_, v| vec![v[0].sqrt() * v[1].ln().exp()], &[("x", 4.0), ("y", 2.0)]);
+        let t = tape_of(
+            |_, v| vec![v[0].sqrt() * v[1].ln().exp()],
+            &[("x", 4.0), ("y", 2.0)],
+        );
         let r = evaluate_path(&t, &[4.0, 2.0], 0, 0).unwrap();
         assert_eq!(r.outputs, [4.0]);
         assert_eq!(r.greeks, [vec![0.5, 2.0]]);
 
         // Ties go to the first argument; abs'(0) = 0; two outputs get separate sweeps.
         let t = tape_of(
-            |_, v| vec![v[0].max(&v[1]), v[1].min(&v[0]), (&v[0] - &v[1]).abs() + &v[0], v[0].abs() * 2.0],
+            |_, v| {
+                vec![
+                    v[0].max(&v[1]),
+                    v[1].min(&v[0]),
+                    (&v[0] - &v[1]).abs() + &v[0],
+                    v[0].abs() * 2.0,
+                ]
+            },
             &[("x", 1.0), ("y", 1.0)],
         );
         let r = evaluate_path(&t, &[1.0, 1.0], 0, 0).unwrap();
         assert_eq!(r.outputs, [1.0, 1.0, 1.0, 2.0]);
-        assert_eq!(r.greeks, [vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 0.0], vec![2.0, 0.0]]);
+        assert_eq!(
+            r.greeks,
+            [
+                vec![1.0, 0.0],
+                vec![0.0, 1.0],
+                vec![1.0, 0.0],
+                vec![2.0, 0.0]
+            ]
+        );
         let r = evaluate_path(&t, &[-1.0, 2.0], 0, 0).unwrap();
         assert_eq!(r.outputs, [2.0, -1.0, 2.0, 2.0]);
-        assert_eq!(r.greeks, [vec![0.0, 1.0], vec![1.0, 0.0], vec![0.0, 1.0], vec![-2.0, 0.0]]);
+        assert_eq!(
+            r.greeks,
+            [
+                vec![0.0, 1.0],
+                vec![1.0, 0.0],
+                vec![0.0, 1.0],
+                vec![-2.0, 0.0]
+            ]
+        );
     }
 
     #[test]
@@ -308,7 +363,10 @@ mod tests {
         for p in [0u64, 1, 5, 1 << 40] {
             let z = normal_f64(9, p, 2);
             let r = evaluate_path(&t, &[100.0], 9, p).unwrap();
-            assert_eq!(r.outputs[0].to_bits(), (100.0 * z.exp() + uniform_f64(9, p, 0)).to_bits());
+            assert_eq!(
+                r.outputs[0].to_bits(),
+                (100.0 * z.exp() + uniform_f64(9, p, 0)).to_bits()
+            );
             assert_eq!(r.greeks[0][0].to_bits(), z.exp().to_bits());
         }
     }
@@ -349,7 +407,8 @@ mod tests {
             tape_of(
                 |rec, v| {
                     let z = rec.normal(0);
-                    let s = &v[0] * ((&v[2] - 0.5 * &v[1] * &v[1]) * &v[3] + &v[1] * v[3].sqrt() * z).exp();
+                    let s = &v[0]
+                        * ((&v[2] - 0.5 * &v[1] * &v[1]) * &v[3] + &v[1] * v[3].sqrt() * z).exp();
                     vec![(&s / &v[0]).ln() * &s, (&s - 90.0).abs().sqrt()]
                 },
                 &[("spot", 100.0), ("vol", 0.3), ("rate", 0.02), ("t", 1.5)],
@@ -383,7 +442,10 @@ mod tests {
 
     #[test]
     fn evaluate_sums_in_the_fixed_order() {
-        let t = tape_of(|rec, v| vec![&v[0] * rec.normal(0), v[0].clone()], &[("x", 2.0)]);
+        let t = tape_of(
+            |rec, v| vec![&v[0] * rec.normal(0), v[0].clone()],
+            &[("x", 2.0)],
+        );
         let paths = 2500u64;
         let rep = evaluate(&t, &[2.0], 7, paths).unwrap();
         let leaves: Vec<f64> = (0..paths).map(|p| 2.0 * normal_f64(7, p, 0)).collect();
@@ -395,7 +457,10 @@ mod tests {
         assert_eq!(o.value.to_bits(), (tree_sum(&leaves) / n).to_bits());
         assert_eq!(o.greeks, vec![("x".to_string(), tree_sum(&d) / n)]);
         let (s1, s2) = (tree_sum(&leaves), tree_sum(&sq));
-        assert_eq!(o.stderr.to_bits(), crate::report::standard_error(paths, s1, s2).to_bits());
+        assert_eq!(
+            o.stderr.to_bits(),
+            crate::report::standard_error(paths, s1, s2).to_bits()
+        );
         assert!(o.value.abs() < 4.0 * o.stderr && o.stderr > 0.03 && o.stderr < 0.05);
         assert_eq!(rep.outputs[1].value, 2.0);
         assert_eq!(rep.outputs[1].stderr, 0.0);
@@ -407,22 +472,43 @@ mod tests {
         let good = tape_of(|_, v| vec![&v[0] + 1.0], &[("x", 1.0)]);
         assert_eq!(
             evaluate_path(&good, &[], 0, 0).unwrap_err(),
-            ReferenceError::InputCount { expected: 1, got: 0 }
+            ReferenceError::InputCount {
+                expected: 1,
+                got: 0
+            }
         );
-        assert!(matches!(evaluate(&good, &[1.0], 0, 0), Err(ReferenceError::Report(ReportError::NoPaths))));
+        assert!(matches!(
+            evaluate(&good, &[1.0], 0, 0),
+            Err(ReferenceError::Report(ReportError::NoPaths))
+        ));
         let mut fwd = good.clone();
         fwd.nodes[2] = Node::Binary(BinaryOp::Add, NodeId(0), NodeId(2));
-        assert!(matches!(evaluate_path(&fwd, &[1.0], 0, 0), Err(ReferenceError::Malformed { node: 2, .. })));
+        assert!(matches!(
+            evaluate_path(&fwd, &[1.0], 0, 0),
+            Err(ReferenceError::Malformed { node: 2, .. })
+        ));
         let mut c = good.clone();
         c.nodes[1] = Node::Const(5);
-        assert!(matches!(evaluate_path(&c, &[1.0], 0, 0), Err(ReferenceError::Malformed { node: 1, .. })));
+        assert!(matches!(
+            evaluate_path(&c, &[1.0], 0, 0),
+            Err(ReferenceError::Malformed { node: 1, .. })
+        ));
         let bad_out = Tape {
-            inputs: vec![Input { name: "x".into(), value: 1.0 }],
-            outputs: vec![Output { name: "y".into(), node: NodeId(3) }],
+            inputs: vec![Input {
+                name: "x".into(),
+                value: 1.0,
+            }],
+            outputs: vec![Output {
+                name: "y".into(),
+                node: NodeId(3),
+            }],
             consts: vec![],
             nodes: vec![Node::Input(0)],
             n_draws: 0,
         };
-        assert!(matches!(evaluate_path(&bad_out, &[1.0], 0, 0), Err(ReferenceError::OutputRange { .. })));
+        assert!(matches!(
+            evaluate_path(&bad_out, &[1.0], 0, 0),
+            Err(ReferenceError::OutputRange { .. })
+        ));
     }
 }

@@ -205,7 +205,11 @@ pub fn random_tape(seed: u64, n: usize) -> Tape {
     let n_outputs = 1 + rng.below(3) as usize;
     let outputs: Vec<(String, u32)> = (0..n_outputs)
         .map(|k| {
-            let node = if k == 0 { n as u32 - 1 } else { rng.next() as u32 };
+            let node = if k == 0 {
+                n as u32 - 1
+            } else {
+                rng.next() as u32
+            };
             (format!("y{k}"), node)
         })
         .collect();
@@ -267,6 +271,8 @@ mod tests {
             assert!(tape.consts.len() <= 4);
             assert!((1..=3).contains(&tape.outputs.len()));
             assert_valid_canonical(&tape);
+            crate::verify::check(&tape).unwrap();
+            assert!(crate::format::is_canonical(&tape));
         }
     }
 

@@ -98,19 +98,29 @@ pub struct Manifest {
     /// The values the tape was recorded at: the default market.
     pub input_defaults: Vec<f64>,
     pub outputs: Vec<String>,
-    /// Per-path sums in the order of the partials buffer: for each output, `value`, `value_sq`,
-    /// then (reverse mode) `greek:<input>` for each input.
+    /// Per-path sums in the order of the partials buffer: for each output O (in output order),
+    /// `value:O`, `value_sq:O` (the square of the f64 value), then (reverse mode)
+    /// `greek:O:I` for each input I in input order.
     pub sums: Vec<String>,
     pub params: Vec<Param>,
     /// Threads per workgroup (a power of two); one path per thread.
     pub workgroup_size: u32,
+    /// Segment blocks of the reverse sweep (1 for price and plain kernels).
     pub segments: u32,
+    /// The checkpoint strategy the kernel uses (`off` for price and plain kernels).
     pub checkpoint: Checkpoint,
+    /// Values declared at the kernel's top level by a checkpointed kernel (0 otherwise).
     pub persistent: u32,
     /// Scratch strategy: f32/f64 slots per path in the scratch buffer (0 otherwise).
     pub scratch_slots_per_path: u32,
     /// `soa` (`scratch[slot * invocations + tid]`) or `aos`; empty when there is no scratch.
     pub scratch_layout: String,
+    /// The tape's `n_draws`.
     pub draws: u32,
+    /// SHA-256 (lower-case hex) of the tape's canonical binary form (`nablac::format::content_hash`).
     pub tape_hash: String,
+    /// Options the host's compiler needs for bit-reproducible results (`--fmad=false` for NVRTC;
+    /// `-cl-fp32-correctly-rounded-divide-sqrt` for OpenCL); empty for GLSL.
+    #[serde(default)]
+    pub compile_options: Vec<String>,
 }

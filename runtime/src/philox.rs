@@ -59,7 +59,10 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 
 /// The Philox output block for draw `k` of `path` under `seed`; `stream` is 0 for normal, 1 for uniform.
 pub fn draw_block(seed: u64, path: u64, k: u32, stream: u32) -> [u32; 4] {
-    philox4x32_10([k, path as u32, (path >> 32) as u32, stream], [seed as u32, (seed >> 32) as u32])
+    philox4x32_10(
+        [k, path as u32, (path >> 32) as u32, stream],
+        [seed as u32, (seed >> 32) as u32],
+    )
 }
 
 const TWO_POW_M53: f64 = 1.0 / 9_007_199_254_740_992.0; // 2^-53
@@ -74,7 +77,10 @@ pub fn uniforms_f64(x: [u32; 4]) -> (f64, f64) {
 
 /// The f32 pair `(u1, u2)` of a Philox block: `u1` in (0, 1], `u2` in [0, 1).
 pub fn uniforms_f32(x: [u32; 4]) -> (f32, f32) {
-    (((x[0] >> 8) as f32 + 0.5) * TWO_POW_M24, (x[1] >> 8) as f32 * TWO_POW_M24)
+    (
+        ((x[0] >> 8) as f32 + 0.5) * TWO_POW_M24,
+        (x[1] >> 8) as f32 * TWO_POW_M24,
+    )
 }
 
 /// Box–Muller in f64: `sqrt(-2 ln u1) * cos(TAU * u2)`.
@@ -116,13 +122,19 @@ mod tests {
     #[test]
     fn known_answers() {
         // TAPE-FORMAT.md and Random123's kat_vectors.
-        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+        assert_eq!(
+            philox4x32_10([0; 4], [0; 2]),
+            [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
+        );
         assert_eq!(
             philox4x32_10([u32::MAX; 4], [u32::MAX; 2]),
             [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
         );
         assert_eq!(
-            philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
+            philox4x32_10(
+                [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+                [0xa4093822, 0x299f31d0]
+            ),
             [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
         );
     }
@@ -135,11 +147,23 @@ mod tests {
         assert_eq!(draw_block(seed, path, k, 0), n);
         assert_eq!(draw_block(seed, path, k, 1), u);
         let (u1, u2) = uniforms_f64(n);
-        assert_eq!(normal_f64(seed, path, k).to_bits(), box_muller_f64(u1, u2).to_bits());
-        assert_eq!(uniform_f64(seed, path, k).to_bits(), uniforms_f64(u).0.to_bits());
+        assert_eq!(
+            normal_f64(seed, path, k).to_bits(),
+            box_muller_f64(u1, u2).to_bits()
+        );
+        assert_eq!(
+            uniform_f64(seed, path, k).to_bits(),
+            uniforms_f64(u).0.to_bits()
+        );
         let (v1, v2) = uniforms_f32(n);
-        assert_eq!(normal_f32(seed, path, k).to_bits(), box_muller_f32(v1, v2).to_bits());
-        assert_eq!(uniform_f32(seed, path, k).to_bits(), uniforms_f32(u).0.to_bits());
+        assert_eq!(
+            normal_f32(seed, path, k).to_bits(),
+            box_muller_f32(v1, v2).to_bits()
+        );
+        assert_eq!(
+            uniform_f32(seed, path, k).to_bits(),
+            uniforms_f32(u).0.to_bits()
+        );
     }
 
     #[test]
@@ -147,12 +171,24 @@ mod tests {
         assert_eq!(uniforms_f64([0; 4]), (0.5 * TWO_POW_M53, 0.0));
         assert_eq!(uniforms_f32([0; 4]), (0.5 * TWO_POW_M24, 0.0));
         // Below 2^52 (2^23) the + 0.5 is exact; at and above it rounds to nearest even.
-        assert_eq!(uniforms_f64([0x7fff_ffff, u32::MAX, 0x8000_0000, 0]), (0.5 - 0.5 * TWO_POW_M53, 0.5));
+        assert_eq!(
+            uniforms_f64([0x7fff_ffff, u32::MAX, 0x8000_0000, 0]),
+            (0.5 - 0.5 * TWO_POW_M53, 0.5)
+        );
         assert_eq!(uniforms_f64([0x8000_0000, 0, 0, 0]).0, 0.5);
-        assert_eq!(uniforms_f64([0x8000_0000, 0x800, 0, 0]).0, 0.5 + 2.0 * TWO_POW_M53);
-        assert_eq!(uniforms_f32([0x7fff_ffff, 0x8000_0000, 0, 0]), (0.5 - 0.5 * TWO_POW_M24, 0.5));
+        assert_eq!(
+            uniforms_f64([0x8000_0000, 0x800, 0, 0]).0,
+            0.5 + 2.0 * TWO_POW_M53
+        );
+        assert_eq!(
+            uniforms_f32([0x7fff_ffff, 0x8000_0000, 0, 0]),
+            (0.5 - 0.5 * TWO_POW_M24, 0.5)
+        );
         assert_eq!(uniforms_f32([0x8000_0000, 0, 0, 0]).0, 0.5);
-        assert_eq!(uniforms_f32([0x8000_0100, 0, 0, 0]).0, 0.5 + 2.0 * TWO_POW_M24);
+        assert_eq!(
+            uniforms_f32([0x8000_0100, 0, 0, 0]).0,
+            0.5 + 2.0 * TWO_POW_M24
+        );
         // The largest integers round up to exactly 1, and the draw is then 0, not NaN.
         let (u1, u2) = uniforms_f64([u32::MAX; 4]);
         assert_eq!(u1, 1.0);

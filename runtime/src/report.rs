@@ -29,7 +29,7 @@
 //!
 //! Runtime backends use the same functions, so a report is the same bits whichever target summed it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Why partial sums could not be built, merged or finished.
@@ -42,17 +42,27 @@ pub enum ReportError {
     #[error("block at path {start} of length 2^{log2_len} is not aligned to its length")]
     Misaligned { start: u64, log2_len: u32 },
     #[error("block at path {start} of length 2^{log2_len} lies outside the run's {paths} paths (tree root {root})")]
-    OutOfRange { start: u64, log2_len: u32, paths: u64, root: u64 },
+    OutOfRange {
+        start: u64,
+        log2_len: u32,
+        paths: u64,
+        root: u64,
+    },
     #[error("block at path {start} of length 2^{log2_len} overlaps paths already summed")]
     Overlap { start: u64, log2_len: u32 },
     #[error("the sums cover {covered} of {paths} paths; the total needs all of them")]
     Incomplete { covered: u64, paths: u64 },
     #[error("{what}: expected {expected}, got {got}")]
-    Shape { what: &'static str, expected: usize, got: usize },
+    Shape {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
 }
 
-/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+/// The sum `S(start, 2^log2_len)` of one aligned block of the summation tree (what a run ships to
+/// whoever merges: its blocks and the run's path count, rebuilt by `PartialSums::from_blocks`).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     pub start: u64,
     pub log2_len: u32,
@@ -94,15 +104,24 @@ impl PartialSums {
         if paths == 0 {
             return Err(ReportError::NoPaths);
         }
-        Ok(PartialSums { paths, blocks: BTreeMap::new() })
+        Ok(PartialSums {
+            paths,
+            blocks: BTreeMap::new(),
+        })
     }
 
     /// The sums of paths `start .. start + leaves.len()` of a run of `paths` paths (leaf p-start is path p).
     pub fn from_leaves(paths: u64, start: u64, leaves: &[f64]) -> Result<PartialSums, ReportError> {
         let mut out = PartialSums::empty(paths)?;
-        let end = start.checked_add(leaves.len() as u64).filter(|&e| e <= paths).ok_or(
-            ReportError::OutOfRange { start, log2_len: 0, paths, root: paths.next_power_of_two() },
-        )?;
+        let end = start
+            .checked_add(leaves.len() as u64)
+            .filter(|&e| e <= paths)
+            .ok_or(ReportError::OutOfRange {
+                start,
+                log2_len: 0,
+                paths,
+                root: paths.next_power_of_two(),
+            })?;
         // Tile [start, end) with maximal aligned blocks, left to right.
         let mut a = start;
         while a < end {
@@ -113,7 +132,11 @@ impl PartialSums {
             let len = 1u64 << log2;
             let lo = (a - start) as usize;
             let sum = tree_sum(&leaves[lo..lo + len as usize]);
-            out.insert(Block { start: a, log2_len: log2, sum })?;
+            out.insert(Block {
+                start: a,
+                log2_len: log2,
+                sum,
+            })?;
             a += len;
         }
         Ok(out)
@@ -131,7 +154,10 @@ impl PartialSums {
     /// Adds `other`'s paths; fails (leaving `self` unchanged) on a different run size or on overlap.
     pub fn merge(&mut self, other: &PartialSums) -> Result<(), ReportError> {
         if self.paths != other.paths {
-            return Err(ReportError::PathsMismatch { left: self.paths, right: other.paths });
+            return Err(ReportError::PathsMismatch {
+                left: self.paths,
+                right: other.paths,
+            });
         }
         let mut next = self.clone();
         for b in other.blocks() {
@@ -148,12 +174,22 @@ impl PartialSums {
 
     /// The blocks held, by start; each is the single-run tree's `S(start, 2^log2_len)`.
     pub fn blocks(&self) -> Vec<Block> {
-        self.blocks.iter().map(|(&start, &(log2_len, sum))| Block { start, log2_len, sum }).collect()
+        self.blocks
+            .iter()
+            .map(|(&start, &(log2_len, sum))| Block {
+                start,
+                log2_len,
+                sum,
+            })
+            .collect()
     }
 
     /// How many of the run's paths are summed.
     pub fn covered(&self) -> u64 {
-        self.blocks().iter().map(|b| (b.start + b.len()).min(self.paths) - b.start).sum()
+        self.blocks()
+            .iter()
+            .map(|b| (b.start + b.len()).min(self.paths) - b.start)
+            .sum()
     }
 
     /// The whole run's sum, bit-identical to `tree_sum` of all its leaves; fails until every path is in.
@@ -161,7 +197,10 @@ impl PartialSums {
         let root = self.paths.next_power_of_two();
         match self.blocks.get(&0) {
             Some(&(log2, sum)) if (1u64 << log2) == root => Ok(sum),
-            _ => Err(ReportError::Incomplete { covered: self.covered(), paths: self.paths }),
+            _ => Err(ReportError::Incomplete {
+                covered: self.covered(),
+                paths: self.paths,
+            }),
         }
     }
 
@@ -170,11 +209,19 @@ impl PartialSums {
         let root = self.paths.next_power_of_two();
         let (start, log2) = (b.start, b.log2_len);
         if log2 >= 64 || start % (1u64 << log2) != 0 {
-            return Err(ReportError::Misaligned { start, log2_len: log2 });
+            return Err(ReportError::Misaligned {
+                start,
+                log2_len: log2,
+            });
         }
         let len = 1u64 << log2;
         if start >= self.paths || len > root {
-            return Err(ReportError::OutOfRange { start, log2_len: log2, paths: self.paths, root });
+            return Err(ReportError::OutOfRange {
+                start,
+                log2_len: log2,
+                paths: self.paths,
+                root,
+            });
         }
         let end = start + len;
         let overlaps_before = self
@@ -182,9 +229,16 @@ impl PartialSums {
             .range(..=start)
             .next_back()
             .is_some_and(|(&s, &(l, _))| s + (1u64 << l) > start);
-        let overlaps_after = self.blocks.range(start + 1..).next().is_some_and(|(&s, _)| s < end);
+        let overlaps_after = self
+            .blocks
+            .range(start + 1..)
+            .next()
+            .is_some_and(|(&s, _)| s < end);
         if overlaps_before || overlaps_after {
-            return Err(ReportError::Overlap { start, log2_len: log2 });
+            return Err(ReportError::Overlap {
+                start,
+                log2_len: log2,
+            });
         }
         let (mut s, mut l, mut v) = (start, log2, b.sum);
         while (1u64 << l) < root {
@@ -322,7 +376,11 @@ impl OutputReport {
             name: name.to_string(),
             value: sum / n,
             stderr: standard_error(paths, sum, sum_sq),
-            greeks: inputs.iter().zip(greek_sums).map(|(i, g)| (i.clone(), g / n)).collect(),
+            greeks: inputs
+                .iter()
+                .zip(greek_sums)
+                .map(|(i, g)| (i.clone(), g / n))
+                .collect(),
         })
     }
 }
@@ -345,7 +403,11 @@ impl Report {
             .iter()
             .zip(sums)
             .map(|(name, s)| {
-                let greeks: Vec<f64> = s.greeks.iter().map(|g| g.total()).collect::<Result<_, _>>()?;
+                let greeks: Vec<f64> = s
+                    .greeks
+                    .iter()
+                    .map(|g| g.total())
+                    .collect::<Result<_, _>>()?;
                 OutputReport::from_totals(
                     name,
                     s.value.paths(),
@@ -382,13 +444,21 @@ mod tests {
         assert_eq!(tree_sum(&x), 0.0);
         assert_eq!(x.iter().sum::<f64>(), 1.0); // left to right differs
         let y = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(tree_sum(&y), ((1.0 + 2.0) + (3.0 + 4.0)) + ((5.0 + 0.0) + 0.0));
+        assert_eq!(
+            tree_sum(&y),
+            ((1.0 + 2.0) + (3.0 + 4.0)) + ((5.0 + 0.0) + 0.0)
+        );
         // An all -0.0 run of a power-of-two size keeps its sign; padding makes it +0.0.
         assert!(tree_sum(&[-0.0, -0.0]).is_sign_negative());
         assert!(tree_sum(&[-0.0, -0.0, -0.0]).is_sign_positive());
         for n in 1..40usize {
-            let v: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i as i32 % 7)).collect();
-            assert_eq!(tree_sum(&v).to_bits(), naive_tree(&v, 0, n.next_power_of_two()).to_bits());
+            let v: Vec<f64> = (0..n)
+                .map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i as i32 % 7))
+                .collect();
+            assert_eq!(
+                tree_sum(&v).to_bits(),
+                naive_tree(&v, 0, n.next_power_of_two()).to_bits()
+            );
         }
     }
 
@@ -397,12 +467,60 @@ mod tests {
         let leaves: Vec<f64> = (0..1000).map(|i| i as f64).collect();
         let p = PartialSums::from_leaves(5000, 1024, &leaves).unwrap();
         let shape: Vec<(u64, u32)> = p.blocks().iter().map(|b| (b.start, b.log2_len)).collect();
-        assert_eq!(shape, [(1024, 9), (1536, 8), (1792, 7), (1920, 6), (1984, 5), (2016, 3)]);
+        assert_eq!(
+            shape,
+            [
+                (1024, 9),
+                (1536, 8),
+                (1792, 7),
+                (1920, 6),
+                (1984, 5),
+                (2016, 3)
+            ]
+        );
         assert_eq!(p.covered(), 1000);
-        assert_eq!(p.total(), Err(ReportError::Incomplete { covered: 1000, paths: 5000 }));
+        assert_eq!(
+            p.total(),
+            Err(ReportError::Incomplete {
+                covered: 1000,
+                paths: 5000
+            })
+        );
         // A tail run: [4096, 5000) closes with zero padding up to the root 8192.
         let tail = PartialSums::from_leaves(5000, 4096, &vec![1.0; 904]).unwrap();
-        assert_eq!(tail.blocks().iter().map(|b| (b.start, b.log2_len)).collect::<Vec<_>>(), [(4096, 12)]);
+        assert_eq!(
+            tail.blocks()
+                .iter()
+                .map(|b| (b.start, b.log2_len))
+                .collect::<Vec<_>>(),
+            [(4096, 12)]
+        );
+    }
+
+    #[test]
+    fn padded_workgroup_blocks_merge_with_leaf_runs() {
+        // 1000 paths; a backend sums workgroups of 256 leaves with zero padding past the end.
+        let leaves: Vec<f64> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f64 * 1e-3 - 0.37)
+            .collect();
+        let blocks: Vec<Block> = (0..4u64)
+            .map(|w| Block {
+                start: 256 * w,
+                log2_len: 8,
+                sum: naive_tree(&leaves, 256 * w as usize, 256),
+            })
+            .collect();
+        let gpu = PartialSums::from_blocks(1000, &blocks).unwrap();
+        assert_eq!(gpu.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
+        let mut cpu = PartialSums::from_leaves(1000, 0, &leaves[..512]).unwrap();
+        cpu.merge(&PartialSums::from_blocks(1000, &blocks[2..]).unwrap())
+            .unwrap();
+        assert_eq!(cpu.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
+        assert_eq!(cpu, gpu);
+        // The padded block overlaps a leaf run of the same paths.
+        let tail = PartialSums::from_leaves(1000, 992, &leaves[992..]).unwrap();
+        let mut g = PartialSums::from_blocks(1000, &blocks[3..]).unwrap();
+        assert!(matches!(g.merge(&tail), Err(ReportError::Overlap { .. })));
     }
 
     #[test]
@@ -414,14 +532,47 @@ mod tests {
         assert!(matches!(a.merge(&b), Err(ReportError::Overlap { .. })));
         assert_eq!(a, before);
         let c = PartialSums::from_leaves(11, 4, &[1.0; 4]).unwrap();
-        assert_eq!(a.merge(&c), Err(ReportError::PathsMismatch { left: 10, right: 11 }));
-        assert!(matches!(PartialSums::from_leaves(10, 8, &[1.0; 3]), Err(ReportError::OutOfRange { .. })));
-        let bad = Block { start: 2, log2_len: 2, sum: 0.0 };
-        assert_eq!(PartialSums::from_blocks(10, &[bad]), Err(ReportError::Misaligned { start: 2, log2_len: 2 }));
-        let big = Block { start: 0, log2_len: 5, sum: 0.0 };
-        assert!(matches!(PartialSums::from_blocks(10, &[big]), Err(ReportError::OutOfRange { .. })));
-        let e = ReportError::Incomplete { covered: 3, paths: 10 }.to_string();
-        assert_eq!(e, "the sums cover 3 of 10 paths; the total needs all of them");
+        assert_eq!(
+            a.merge(&c),
+            Err(ReportError::PathsMismatch {
+                left: 10,
+                right: 11
+            })
+        );
+        assert!(matches!(
+            PartialSums::from_leaves(10, 8, &[1.0; 3]),
+            Err(ReportError::OutOfRange { .. })
+        ));
+        let bad = Block {
+            start: 2,
+            log2_len: 2,
+            sum: 0.0,
+        };
+        assert_eq!(
+            PartialSums::from_blocks(10, &[bad]),
+            Err(ReportError::Misaligned {
+                start: 2,
+                log2_len: 2
+            })
+        );
+        let big = Block {
+            start: 0,
+            log2_len: 5,
+            sum: 0.0,
+        };
+        assert!(matches!(
+            PartialSums::from_blocks(10, &[big]),
+            Err(ReportError::OutOfRange { .. })
+        ));
+        let e = ReportError::Incomplete {
+            covered: 3,
+            paths: 10,
+        }
+        .to_string();
+        assert_eq!(
+            e,
+            "the sums cover 3 of 10 paths; the total needs all of them"
+        );
     }
 
     #[test]
@@ -436,7 +587,10 @@ mod tests {
         assert_eq!(o.name, "price");
         assert_eq!(o.value, 2.5);
         assert_eq!(o.stderr, ((30.0 - 10.0 * 2.5) / 3.0f64).sqrt() / 2.0);
-        assert_eq!(o.greeks, vec![("spot".to_string(), 2.5), ("vol".to_string(), 0.0)]);
+        assert_eq!(
+            o.greeks,
+            vec![("spot".to_string(), 2.5), ("vol".to_string(), 0.0)]
+        );
         let json = serde_json::to_string(&r).unwrap();
         assert_eq!(
             json,
@@ -448,7 +602,13 @@ mod tests {
         assert!(matches!(short, Err(ReportError::Shape { .. })));
         let partial = OutputSums::from_leaves(8, 0, &v, &d).unwrap();
         let r = Report::from_sums(&names(&["p"]), &names(&["a", "b"]), &[partial]);
-        assert_eq!(r, Err(ReportError::Incomplete { covered: 4, paths: 8 }));
+        assert_eq!(
+            r,
+            Err(ReportError::Incomplete {
+                covered: 4,
+                paths: 8
+            })
+        );
     }
 
     fn leaf() -> impl Strategy<Value = f64> {

@@ -1,5 +1,324 @@
 //! Kernel source for CUDA, OpenCL and Vulkan GLSL: one C-like emitter, three dialects.
+//!
+//! Contract: [`emit`] turns a verified tape and its plan (`crate::passes::plan`) into one compute
+//! kernel's source and the [`Manifest`] a host needs to launch it. The emitter only materializes
+//! the plan (segments, persistent values, bookmarks, draws, opaque reads, re-keys, scratch slots);
+//! it never re-derives any of it. The same inputs give the same bytes (no hash-map order, names
+//! from dense ids, no timestamps).
+//!
+//! # The kernel
+//!
+//! One path per thread. The global path index is 64-bit, kept as two uints:
+//! `path = path_base + group * WG + lid` with carry into the high word; a thread whose path is
+//! `>= paths` computes nothing and contributes leaf 0. Kinds:
+//!
+//! - **price** (`Mode::Price`): the forward sweep; per output the leaves `value` and `value²`.
+//! - **plain reverse** (`Mode::Reverse`, one segment): the forward sweep, then the reverse sweep
+//!   over the live active nodes with TAPE-FORMAT.md's adjoint rules; leaves `value`, `value²` and
+//!   each input's `d output / d input`. Several outputs share one reverse sweep carrying one
+//!   adjoint lane per output.
+//! - **checkpointed reverse, register recompute** (`Checkpoint::Registers`): persistent values are
+//!   declared at top level; the forward sweep is one `{ }` block per segment; the reverse sweep
+//!   runs the segments last first, each block re-keying the generator (`key ^ zero`) when the plan
+//!   says so, reading each of its opaque reads into a local `rN = opq(vN, zero)`, recomputing the
+//!   segment's local forward lines, then its adjoint lines. Adjoints of persistent values live at
+//!   top level; the others die with their block.
+//! - **checkpointed reverse, scratch buffer** (`Checkpoint::Scratch`, CUDA and OpenCL): as the
+//!   register kernel, and every value with a scratch slot is also written to
+//!   `scratch[slot * invocations + gid]` (soa) or `scratch[gid * slots + slot]` (aos) by the
+//!   forward sweep; the reverse blocks read slot values back from scratch (through `opq` too).
+//!
+//! The leaves are summed per workgroup in f64 shared memory in the exact pairwise order of
+//! TAPE-FORMAT.md (`S(a,2m) = S(a,m) + S(a+m,m)`), one f64 per (group, sum) in
+//! `partials[group * n_sums + s]`; no floating-point atomics.
+//!
+//! # The ABI (every target; [`Manifest::params`] lists it)
+//!
+//! Kernel arguments (CUDA, OpenCL) in this order: `inputs` (n_inputs values of the kernel
+//! precision), `partials` (f64, n_groups * n_sums), then the u32 scalars `path_base_lo`,
+//! `path_base_hi`, `paths_lo`, `paths_hi`, `seed_lo`, `seed_hi`, `zero` (always 0), and for the
+//! scratch kernel `scratch` (kernel precision, slots * invocations) and `invocations` (the launch's
+//! thread count). GLSL: `inputs` at set 0 binding 0, `partials` at binding 1, the scalars in the
+//! push-constant block `pc` in the same order at byte offsets 0, 4, ..., 24.
+//!
+//! Bit-reproducibility needs the compiler not to fuse multiply-adds: the manifest's
+//! `compile_options` say how (`--fmad=false` for NVRTC; OpenCL carries `FP_CONTRACT OFF`).
+
+mod body;
+mod dialect;
+mod fill;
+mod skeleton;
+
+#[cfg(test)]
+mod snapshots;
 
 /// The manifest is the runtime's contract (crate `nablac-runtime`); the emitters fill it.
 pub use nablac_runtime::manifest;
-pub use nablac_runtime::manifest::{Manifest, Mode, Precision, Target};
+
+#[cfg(test)]
+mod tests;
+
+pub use dialect::{Dialect, CUDA, GLSL, OPENCL};
+pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
+
+use crate::plan::{Checkpoint, Plan};
+use crate::tape::{is_valid_name, Node, NodeId, Tape, UnaryOp};
+
+/// How the scratch buffer is laid out (scratch strategy only).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub enum ScratchLayout {
+    /// Structure of arrays: `scratch[slot * invocations + gid]` (coalesced; the default).
+    #[default]
+    Soa,
+    /// Array of structures: `scratch[gid * slots + slot]`.
+    Aos,
+}
+
+impl ScratchLayout {
+    /// `soa` or `aos`, as the manifest spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScratchLayout::Soa => "soa",
+            ScratchLayout::Aos => "aos",
+        }
+    }
+}
+
+/// The default (and most common) workgroup size.
+pub const DEFAULT_WORKGROUP_SIZE: u32 = 128;
+/// The largest workgroup size the emitter accepts (every target's common limit).
+pub const MAX_WORKGROUP_SIZE: u32 = 1024;
+
+/// What to emit.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct EmitOptions {
+    pub target: Target,
+    pub mode: Mode,
+    pub precision: Precision,
+    /// Threads per workgroup: a power of two in 1..=1024.
+    pub workgroup_size: u32,
+    pub scratch_layout: ScratchLayout,
+    /// Add a comment naming the tape node to every line of the body (`// %18 = exp %17`).
+    pub annotate: bool,
+}
+
+impl Default for EmitOptions {
+    fn default() -> Self {
+        EmitOptions {
+            target: Target::Cuda,
+            mode: Mode::Reverse,
+            precision: Precision::F32,
+            workgroup_size: DEFAULT_WORKGROUP_SIZE,
+            scratch_layout: ScratchLayout::Soa,
+            annotate: false,
+        }
+    }
+}
+
+/// An emitted kernel: its source and the manifest that describes how to launch it.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Kernel {
+    pub source: String,
+    pub manifest: Manifest,
+}
+
+/// Why a kernel could not be emitted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmitError {
+    #[error("target {0} is not a C-like kernel target (the CPU target is compiled by the JIT)")]
+    NotAKernelTarget(&'static str),
+    #[error("workgroup size {0} is not a power of two in 1..={MAX_WORKGROUP_SIZE}")]
+    WorkgroupSize(u32),
+    #[error("target {target} cannot {what}")]
+    Unsupported { target: &'static str, what: String },
+    #[error("constant {value:e} at {node} overflows {precision} (it would be an infinity)")]
+    ConstOverflow { node: NodeId, value: f64, precision: &'static str },
+    #[error("tape is malformed: {0}")]
+    Tape(String),
+    #[error("plan does not fit the tape: {0}")]
+    Plan(String),
+    #[error("template {template} failed to render: {message}")]
+    Render { template: &'static str, message: String },
+}
+
+/// Emits the kernel for `tape` under `plan` (from `passes::plan` on the same tape) with `opts`.
+/// Guarantees: never panics; the same arguments give the same bytes; the manifest lists every
+/// parameter of the source in binding order.
+pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, EmitError> {
+    let d = Dialect::of(opts.target).ok_or(EmitError::NotAKernelTarget(opts.target.name()))?;
+    let wg = opts.workgroup_size;
+    if !wg.is_power_of_two() || wg > MAX_WORKGROUP_SIZE {
+        return Err(EmitError::WorkgroupSize(wg));
+    }
+    check_tape(tape)?;
+    check_plan_shape(tape, plan)?;
+    let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
+    let strategy = if checkpointed { plan.segments.strategy } else { Checkpoint::Off };
+    if checkpointed && strategy == Checkpoint::Off {
+        return Err(EmitError::Plan("a plan with several segments says Checkpoint::Off".into()));
+    }
+    if strategy == Checkpoint::Scratch && opts.target == Target::Glsl {
+        return Err(EmitError::Unsupported {
+            target: opts.target.name(),
+            what: "use the scratch-buffer strategy (register recompute is the GLSL strategy)".into(),
+        });
+    }
+    let scratch = if strategy == Checkpoint::Scratch {
+        let mut slot_of = vec![None; tape.len()];
+        for (k, v) in plan.segments.scratch_slots.iter().enumerate() {
+            slot_of[v.index()] = Some(k as u32);
+        }
+        Some(body::Scratch {
+            slot_of,
+            slots: plan.segments.scratch_slots.len() as u32,
+            layout: opts.scratch_layout,
+        })
+    } else {
+        None
+    };
+    let body = body::Body {
+        tape,
+        plan,
+        d,
+        p: opts.precision,
+        mode: opts.mode,
+        annotate: opts.annotate,
+        scratch,
+        index64: if opts.target == Target::Cuda { "unsigned long long" } else { "ulong" },
+        cones: body::cones(tape),
+    };
+    body.check_reads().map_err(EmitError::Plan)?;
+    if opts.target == Target::Glsl && opts.precision == Precision::F64 {
+        let (normal, uniform) = body.draws_used();
+        let transcendental = tape.ids().any(|v| {
+            plan.activity.live[v.index()]
+                && matches!(tape.node(v), Node::Unary(UnaryOp::Exp | UnaryOp::Log, _))
+        });
+        if normal || uniform || transcendental {
+            return Err(EmitError::Unsupported {
+                target: opts.target.name(),
+                what: "compute exp, log or cos in f64 (GLSL 450 has them for float only); use f32".into(),
+            });
+        }
+    }
+    if opts.precision == Precision::F32 {
+        for v in tape.ids().filter(|v| plan.activity.live[v.index()]) {
+            if let Node::Const(k) = *tape.node(v) {
+                let value = tape.consts[k as usize];
+                if !(value as f32).is_finite() {
+                    return Err(EmitError::ConstOverflow { node: v, value, precision: "f32" });
+                }
+            }
+        }
+    }
+    let source = skeleton::render(&body, opts)?;
+    let manifest = fill::build(tape, plan, opts, &body)?;
+    Ok(Kernel { source, manifest })
+}
+
+/// The structural rules of TAPE-FORMAT.md the emitter relies on (a verified tape passes).
+fn check_tape(tape: &Tape) -> Result<(), EmitError> {
+    let bad = |m: String| Err(EmitError::Tape(m));
+    if tape.outputs.is_empty() {
+        return bad("the tape has no output".into());
+    }
+    if u32::try_from(tape.len()).is_err() {
+        return bad("more than 2^32 nodes".into());
+    }
+    for input in &tape.inputs {
+        if !is_valid_name(&input.name) {
+            return bad(format!("input name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}", input.name));
+        }
+    }
+    let mut input_seen = vec![false; tape.inputs.len()];
+    for (i, node) in tape.nodes.iter().enumerate() {
+        let v = NodeId(i as u32);
+        for a in node.args() {
+            if a.0 >= v.0 {
+                return bad(format!("{v} reads {a}, which is not an earlier node"));
+            }
+        }
+        match *node {
+            Node::Input(k) => match input_seen.get_mut(k as usize) {
+                Some(seen) if !*seen => *seen = true,
+                Some(_) => return bad(format!("{v}: input {k} is used by two input nodes")),
+                None => return bad(format!("{v}: input index {k} is out of range")),
+            },
+            Node::Const(k) => match tape.consts.get(k as usize) {
+                Some(c) if c.is_finite() => {}
+                Some(c) => return bad(format!("{v}: constant {c} is not finite")),
+                None => return bad(format!("{v}: constant index {k} is out of range")),
+            },
+            _ => {}
+        }
+    }
+    if let Some(k) = input_seen.iter().position(|s| !s) {
+        return bad(format!("input {k} has no input node"));
+    }
+    for out in &tape.outputs {
+        if !is_valid_name(&out.name) {
+            return bad(format!("output name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}", out.name));
+        }
+        if out.node.index() >= tape.len() {
+            return bad(format!("output {} names {}, past the last node", out.name, out.node));
+        }
+    }
+    Ok(())
+}
+
+/// The plan's tables have the tape's sizes and its ids are in range (so rendering cannot index
+/// out of bounds); the segments tile the tape.
+fn check_plan_shape(tape: &Tape, plan: &Plan) -> Result<(), EmitError> {
+    let n = tape.len();
+    let bad = |m: String| Err(EmitError::Plan(m));
+    if plan.activity.live.len() != n || plan.activity.active.len() != n {
+        return bad(format!("activity tables have {} / {} entries for {n} nodes", plan.activity.live.len(), plan.activity.active.len()));
+    }
+    for out in &tape.outputs {
+        if !plan.activity.live[out.node.index()] {
+            return bad(format!("output {} ({}) is not live", out.name, out.node));
+        }
+    }
+    let sp = &plan.segments;
+    if sp.segments.is_empty() {
+        return bad("no segments".into());
+    }
+    let mut next = 0u32;
+    for (s, seg) in sp.segments.iter().enumerate() {
+        if seg.range.start != next || seg.range.end < seg.range.start {
+            return bad(format!("segment {s} ({:?}) does not continue at {next}", seg.range));
+        }
+        next = seg.range.end;
+    }
+    if next as usize != n {
+        return bad(format!("segments end at {next}, the tape has {n} nodes"));
+    }
+    let in_range = |v: &NodeId| v.index() < n;
+    if !sp.persistent.iter().all(in_range) || !sp.persistent.windows(2).all(|w| w[0] < w[1]) {
+        return bad("persistent values are out of range or not ascending".into());
+    }
+    if !sp.scratch_slots.iter().all(in_range) {
+        return bad("a scratch slot names a node past the tape".into());
+    }
+    let op = &plan.opacity;
+    if op.opaque_reads.len() != sp.segments.len() || op.rekey.len() != sp.segments.len() {
+        return bad(format!(
+            "{} opaque-read lists and {} re-key flags for {} segments",
+            op.opaque_reads.len(),
+            op.rekey.len(),
+            sp.segments.len()
+        ));
+    }
+    if !op.opaque_reads.iter().flatten().all(in_range) {
+        return bad("an opaque read names a node past the tape".into());
+    }
+    if sp.strategy == Checkpoint::Scratch && sp.is_checkpointed() {
+        let mut seen = std::collections::BTreeSet::new();
+        for v in &sp.scratch_slots {
+            if !seen.insert(*v) || sp.persistent.binary_search(v).is_err() {
+                return bad(format!("scratch slot for {v} is repeated or not a persistent value"));
+            }
+        }
+    }
+    Ok(())
+}

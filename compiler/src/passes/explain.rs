@@ -85,6 +85,11 @@ pub fn explain_text(tape: &Tape, plan: &Plan) -> String {
             opaque
         );
     }
+    s.push_str(
+        "crossing: values crossing the cut at the segment's start; bookmarks: persistent values it \
+         reads back; draws: draws its reverse block regenerates; opaque: values that block reads \
+         through the opaque identity\n",
+    );
     s
 }
 

@@ -19,7 +19,9 @@
 //! nothing else), then the segment's adjoint rules from its highest live active node down, reading
 //! the block's copies. So a persistent value lives from its definition to its last opaque read, and
 //! a recomputed local from its recomputation to its last read inside the block. With S = 1 the
-//! checkpointed schedule is the plain one.
+//! checkpointed schedule is the plain one. The schedule is the same for both strategies: with the
+//! scratch strategy a crossing value sits in its slot rather than a register, but it is still counted
+//! (max_live measures the values a path holds, wherever they are).
 //!
 //! Each step is attributed to a node position (its node; an opaque read to its segment's first
 //! node; the output step to node n-1), which gives the profile drawn by `explain_svg`: per
@@ -139,17 +141,22 @@ fn checkpointed_sim(tape: &Tape, plan: &Plan) -> Sim {
     let mut sim = Sim::new();
     let fwd = forward(&mut sim, tape, act);
     let n = tape.len();
+    // What a block reads each node as: its copy, its recomputed local, or (should the plan lack an
+    // opaque read) the forward value. Entries a block sets are restored after it (O(n) in all).
+    let mut cur: Vec<Option<usize>> = fwd.clone();
+    let mut touched: Vec<usize> = Vec::new();
     for s in (0..sp.segments.len()).rev() {
         let seg = &sp.segments[s];
-        // What the block reads each node as: a copy, a recomputed local, or (should the plan
-        // lack an opaque read) the forward value.
-        let mut cur: Vec<Option<usize>> = fwd.clone();
+        for i in touched.drain(..) {
+            cur[i] = fwd[i];
+        }
         let empty = Vec::new();
         for &p in plan.opacity.opaque_reads.get(s).unwrap_or(&empty) {
             let t = sim.step(seg.range.start);
             sim.read(fwd.get(p.index()).copied().flatten(), t);
             if p.index() < n {
                 cur[p.index()] = Some(sim.define(t));
+                touched.push(p.index());
             }
         }
         for v in recomputed(tape, act, sp, s) {
@@ -158,6 +165,7 @@ fn checkpointed_sim(tape: &Tape, plan: &Plan) -> Sim {
                 sim.read(cur[a.index()], t);
             }
             cur[v.index()] = Some(sim.define(t));
+            touched.push(v.index());
         }
         for i in seg.range.clone().rev() {
             let i = i as usize;

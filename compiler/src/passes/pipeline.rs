@@ -78,19 +78,30 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     let last = live_last_read(tape, live);
     let cross = crossing_profile(&last);
     ensure(sp.crossing.len() == sp.cuts.len(), "one crossing count per cut", || "crossing".into())?;
+    // Each value crosses the cuts in (v, last_read(v)]: count them per cut with a difference
+    // array and collect the values that cross any (O(n log S), so debug builds stay fast).
+    let cut_pos: Vec<u32> = sp.cuts.iter().map(|c| c.0).collect();
+    let mut per_cut = vec![0i64; cut_pos.len() + 1];
     let mut expect: BTreeSet<NodeId> = BTreeSet::new();
+    for (v, l) in last.iter().enumerate() {
+        let Some(l) = *l else { continue };
+        let first = cut_pos.partition_point(|&c| c as usize <= v);
+        let end = cut_pos.partition_point(|&c| c <= l);
+        if first < end {
+            per_cut[first] += 1;
+            per_cut[end] -= 1;
+            expect.insert(NodeId(v as u32));
+        }
+    }
+    let mut count_here = 0i64;
     for (s, c) in sp.cuts.iter().enumerate() {
-        let crossing: Vec<NodeId> =
-            (0..c.0).map(NodeId).filter(|v| last[v.index()].is_some_and(|l| l >= c.0)).collect();
-        ensure(
-            crossing.len() == sp.crossing[s] as usize,
-            "crossing counts the values crossing the cut",
-            || format!("cut {s} = {c}: plan says {}, tape has {}", sp.crossing[s], crossing.len()),
-        )?;
-        ensure(cross[c.0 as usize] as usize == crossing.len(), "crossing profile agrees", || {
+        count_here += per_cut[s];
+        ensure(count_here == sp.crossing[s] as i64, "crossing counts the values crossing the cut", || {
+            format!("cut {s} = {c}: plan says {}, tape has {count_here}", sp.crossing[s])
+        })?;
+        ensure(cross[c.0 as usize] as i64 == count_here, "crossing profile agrees", || {
             format!("cut {s} = {c}")
         })?;
-        expect.extend(crossing);
     }
     let crossing_values: Vec<NodeId> = expect.iter().copied().collect();
     for (i, node) in tape.nodes.iter().enumerate() {

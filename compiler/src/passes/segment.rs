@@ -136,7 +136,9 @@ pub fn choose_cuts(cross: &[u32], n: usize, count: u32) -> Vec<u32> {
 }
 
 /// Cuts the tape into segments and decides which values persist (the module doc is the contract).
-/// Assumes a verified tape; `liveness` must be `liveness(tape)`.
+/// Assumes a verified tape; `liveness` must be `liveness(tape)`. Its `last_use` counts reads by
+/// dead nodes, so the crossing rule uses the last *live* reader ([`live_last_read`], from the tape
+/// and its activity) and only cross-checks it against `liveness` in debug builds.
 pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> SegmentPlan {
     let n = tape.len();
     let act = super::activity(tape);
@@ -212,5 +214,48 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
         crossing,
         persistent: persistent_set.into_iter().map(NodeId).collect(),
         scratch_slots,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fewest_then_nearest_then_lowest() {
+        // n = 6, S = 2: target 3, window max(1, 6/8) = 1, so positions 2..=4.
+        assert_eq!(choose_cuts(&[0, 5, 3, 9, 3, 5, 0], 6, 2), [2]); // tie at distance 1: lower
+        assert_eq!(choose_cuts(&[0, 5, 4, 9, 3, 5, 0], 6, 2), [4]); // fewest wins
+        assert_eq!(choose_cuts(&[0, 5, 3, 3, 3, 5, 0], 6, 2), [3]); // nearest wins
+        assert_eq!(choose_cuts(&[0, 0, 0, 0, 0, 0, 0], 6, 2), [3]);
+        // Out-of-window positions never win: position 1 crosses nothing but lies outside.
+        assert_eq!(choose_cuts(&[0, 0, 3, 3, 3, 5, 0], 6, 2), [3]);
+    }
+
+    #[test]
+    fn windows_are_clamped() {
+        // S = n: every node its own segment.
+        assert_eq!(choose_cuts(&[0; 6], 5, 5), [1, 2, 3, 4]);
+        // S = n - 1 with the cheapest positions pulling left: cuts stay increasing and leave room.
+        assert_eq!(choose_cuts(&[0, 0, 9, 9, 9, 9, 0], 6, 5), [1, 2, 3, 4]);
+        // n = 10, S = 3: targets 3 and 6, window 1; a cheap spot at 4 is taken by the first cut,
+        // so the second cut searches 5..=7.
+        assert_eq!(choose_cuts(&[0, 9, 9, 9, 0, 9, 9, 2, 9, 9, 0], 10, 3), [4, 7]);
+        assert!(choose_cuts(&[0, 0], 1, 1).is_empty());
+        assert!(choose_cuts(&[0], 0, 1).is_empty());
+    }
+
+    #[test]
+    fn segment_counts() {
+        let o = |strategy, segments, seg_len| SegmentOptions { strategy, segments, ckpt_nodes: 768, seg_len };
+        assert_eq!(segment_count(1536, &o(Checkpoint::Registers, None, None)), 16);
+        assert_eq!(segment_count(767, &o(Checkpoint::Registers, None, None)), 1);
+        assert_eq!(segment_count(768, &o(Checkpoint::Registers, None, None)), 16);
+        assert_eq!(segment_count(10, &o(Checkpoint::Registers, Some(32), None)), 10);
+        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, None, None)), 8);
+        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, None, Some(100))), 16);
+        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, Some(3), Some(100))), 3);
+        assert_eq!(segment_count(1536, &o(Checkpoint::Off, Some(3), None)), 1);
+        assert_eq!(segment_count(0, &o(Checkpoint::Registers, Some(3), None)), 1);
     }
 }

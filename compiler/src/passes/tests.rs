@@ -1,9 +1,10 @@
 //! Tests of segmentation, opacity, the pipeline, max_live and explain.
 
-use super::fixtures::{arb_tape, asian, european};
+use super::fixtures::{asian, european};
 use super::*;
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{BinaryOp, Input, Node, NodeId, Output, Tape, UnaryOp};
+use crate::testing::arb_tape;
 use proptest::prelude::*;
 
 fn opts(segments: Option<u32>) -> SegmentOptions {
@@ -300,7 +301,8 @@ fn explain_text_and_svg() {
         lines[0],
         "1536 nodes, 1279 active; 16 segments (registers); 38 persistent; max live 769 plain, 83 checkpointed"
     );
-    assert_eq!(lines.len(), 2 + 16);
+    assert_eq!(lines.len(), 2 + 16 + 1);
+    assert!(lines[18].starts_with("crossing: values crossing the cut"));
     assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["0", "%0..%98", "98", "-", "0", "14", "6"]);
     assert_eq!(
         lines[3].split_whitespace().collect::<Vec<_>>(),
@@ -353,7 +355,7 @@ proptest! {
 
     #[test]
     fn random_plans_keep_their_invariants(
-        t in arb_tape(60),
+        t in arb_tape(),
         s in 0u32..12,
         k in 0u8..3,
         seg_len in 0u32..20,
@@ -417,7 +419,7 @@ proptest! {
     }
 
     #[test]
-    fn one_segment_gives_the_plain_plan(t in arb_tape(40)) {
+    fn one_segment_gives_the_plain_plan(t in arb_tape()) {
         let p = plan(&t, &opts(Some(1)));
         prop_assert_eq!(p.segments.segments.len(), 1);
         prop_assert!(p.segments.cuts.is_empty() && p.segments.crossing.is_empty());
@@ -438,4 +440,28 @@ fn write_explain_svg() {
     let t = asian(252);
     let p = plan(&t, &SegmentOptions::default());
     std::fs::write("/tmp/explain_asian252.svg", explain_svg(&t, &p)).unwrap();
+}
+
+#[test]
+fn long_tapes_and_many_segments_stay_fast() {
+    // 12,024 nodes cut into every possible segment (S = n) and into 16: each plan, its check and
+    // its explain finish well under a second in a debug build (everything is O(n log n)).
+    let t = asian(2000);
+    let start = std::time::Instant::now();
+    let every = plan(&t, &opts(Some(u32::MAX)));
+    assert_eq!(every.segments.segments.len(), t.len());
+    assert_eq!(every.segments.cuts.len(), t.len() - 1);
+    let e = explain(&t, &every);
+    assert!(e.max_live_checkpointed > 0);
+    let p16 = plan(&t, &SegmentOptions::default());
+    assert_eq!(p16.segments.persistent.len(), 38);
+    assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+}
+
+#[test]
+#[ignore = "prints the explain table"]
+fn print_explain_text() {
+    let t = asian(252);
+    println!("{}", explain_text(&t, &plan(&t, &SegmentOptions::default())));
+    println!("{}", explain_text(&european(), &plan(&european(), &SegmentOptions::default())));
 }

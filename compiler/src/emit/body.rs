@@ -1,0 +1,465 @@
+//! The straight-line body: forward lines, adjoint lines, segment blocks and the per-path leaves.
+//!
+//! Everything here materializes the plan (`crate::plan::Plan`) and nothing re-derives it: which
+//! nodes exist (`activity.live`), which carry adjoints (`activity.active`), the segments, the
+//! persistent values, the opaque reads, the re-keyed blocks and the scratch slots are read from
+//! the plan as they are. Names come from dense ids only: `v12` a forward value, `d12` its adjoint
+//! (`d12_1` for output 1's adjoint when the tape has several outputs), `r12` the opaque copy of a
+//! persistent value inside a reverse block. Constants are literals at every use.
+//!
+//! Several outputs share one reverse sweep that carries a vector of adjoints, one lane per output
+//! (so a checkpointed kernel recomputes each segment once, not once per output). Lane o runs the
+//! adjoint rules of output o's backward cone only, exactly the nodes the reference's reverse sweep
+//! for that output visits, so a non-finite value outside the cone never reaches its Greeks.
+
+use super::dialect::{binary_op, real, unary_op, Dialect};
+use super::manifest::{Mode, Precision};
+use super::ScratchLayout;
+use crate::plan::Plan;
+use crate::tape::{BinaryOp, DrawKind, Node, NodeId, Tape, UnaryOp};
+use std::collections::BTreeSet;
+
+/// Where the scratch slots live, for the scratch strategy.
+pub(super) struct Scratch {
+    /// `slot_of[node]`: the scratch slot of a node, if it has one.
+    pub slot_of: Vec<Option<u32>>,
+    pub slots: u32,
+    pub layout: ScratchLayout,
+}
+
+/// Everything the body renderer reads.
+pub(super) struct Body<'a> {
+    pub tape: &'a Tape,
+    pub plan: &'a Plan,
+    pub d: Dialect,
+    pub p: Precision,
+    pub mode: Mode,
+    pub annotate: bool,
+    pub scratch: Option<Scratch>,
+    /// The 64-bit index type of the scratch address (C dialects only).
+    pub index64: &'static str,
+    /// `cones[o][v]`: node v is in output o's backward cone (empty with a single output, whose
+    /// cone is `activity.live`).
+    pub cones: Vec<Vec<bool>>,
+}
+
+/// Each output's backward cone: the nodes it depends on, itself included (see [`Body::cones`]).
+pub(super) fn cones(tape: &Tape) -> Vec<Vec<bool>> {
+    if tape.outputs.len() < 2 {
+        return Vec::new();
+    }
+    tape.outputs
+        .iter()
+        .map(|out| {
+            let mut cone = vec![false; tape.len()];
+            cone[out.node.index()] = true;
+            for v in tape.ids().rev() {
+                if cone[v.index()] {
+                    for a in tape.node(v).args() {
+                        cone[a.index()] = true;
+                    }
+                }
+            }
+            cone
+        })
+        .collect()
+}
+
+/// Lines of source with an indentation level.
+struct Out {
+    lines: Vec<String>,
+    indent: usize,
+}
+
+impl Out {
+    fn line(&mut self, text: impl AsRef<str>) {
+        self.lines.push(format!("{}{}", "    ".repeat(self.indent), text.as_ref()));
+    }
+    fn open(&mut self, text: impl AsRef<str>) {
+        self.line(text);
+        self.indent += 1;
+    }
+    fn close(&mut self) {
+        self.indent -= 1;
+        self.line("}");
+    }
+}
+
+impl<'a> Body<'a> {
+    fn live(&self, v: NodeId) -> bool {
+        self.plan.activity.live[v.index()]
+    }
+
+    fn active(&self, v: NodeId) -> bool {
+        self.plan.activity.active[v.index()] && self.live(v)
+    }
+
+    fn is_const(&self, v: NodeId) -> bool {
+        matches!(self.tape.node(v), Node::Const(_))
+    }
+
+    fn is_persistent(&self, v: NodeId) -> bool {
+        self.plan.segments.persistent.binary_search(&v).is_ok()
+    }
+
+    /// Does the kernel carry values across segment blocks (a checkpointed reverse kernel)?
+    pub fn checkpointed(&self) -> bool {
+        self.mode == Mode::Reverse && self.plan.segments.is_checkpointed()
+    }
+
+    fn lanes(&self) -> usize {
+        self.tape.outputs.len()
+    }
+
+    fn real(&self) -> &'static str {
+        real(self.p)
+    }
+
+    fn lit(&self, x: f64) -> String {
+        self.d.literal(x, self.p)
+    }
+
+    /// The adjoint of `v` in lane `o`.
+    fn dname(&self, v: NodeId, o: usize) -> String {
+        if self.lanes() == 1 {
+            format!("d{}", v.0)
+        } else {
+            format!("d{}_{}", v.0, o)
+        }
+    }
+
+    /// A scalar kernel parameter as the body reads it.
+    fn param(&self, name: &str) -> String {
+        format!("{}{}", self.d.param, name)
+    }
+
+    /// The node in the text form, for annotations: `%18 = exp %17`.
+    fn node_text(&self, v: NodeId) -> String {
+        let rhs = match *self.tape.node(v) {
+            Node::Input(i) => format!("input {}", self.tape.inputs[i as usize].name),
+            Node::Const(k) => format!("const {:?}", self.tape.consts[k as usize]),
+            Node::Draw(DrawKind::Normal, k) => format!("normal {k}"),
+            Node::Draw(DrawKind::Uniform, k) => format!("uniform {k}"),
+            Node::Unary(_, a) => format!("{} {a}", self.tape.node(v).op().name()),
+            Node::Binary(_, a, b) => format!("{} {a} {b}", self.tape.node(v).op().name()),
+        };
+        format!("{v} = {rhs}")
+    }
+
+    fn note(&self, text: String, v: NodeId) -> String {
+        if self.annotate {
+            format!("{text} // {}", self.node_text(v))
+        } else {
+            text
+        }
+    }
+
+    /// A forward value as an operand: a literal for a constant, else `name(v)`.
+    fn operand(&self, v: NodeId, name: &dyn Fn(NodeId) -> String) -> String {
+        match *self.tape.node(v) {
+            Node::Const(k) => self.lit(self.tape.consts[k as usize]),
+            _ => name(v),
+        }
+    }
+
+    /// The right-hand side computing node `v`, reading its arguments through `name` and drawing
+    /// with generator key `keys`.
+    fn value_expr(&self, v: NodeId, name: &dyn Fn(NodeId) -> String, keys: (&str, &str)) -> String {
+        match *self.tape.node(v) {
+            Node::Input(i) => format!("inputs[{i}]"),
+            Node::Const(k) => self.lit(self.tape.consts[k as usize]),
+            Node::Draw(kind, k) => {
+                let f = match kind {
+                    DrawKind::Normal => "draw_normal",
+                    DrawKind::Uniform => "draw_uniform",
+                };
+                format!("{f}({k}u, plo, phi, {}, {})", keys.0, keys.1)
+            }
+            Node::Unary(op, a) => unary_op(&self.d, self.p, op, &self.operand(a, name)),
+            Node::Binary(op, a, b) => binary_op(op, &self.operand(a, name), &self.operand(b, name)),
+        }
+    }
+
+    /// The adjoint rules of node `v` (live, active), every lane, as TAPE-FORMAT.md states them.
+    fn adjoint_lines(&self, out: &mut Out, v: NodeId, name: &dyn Fn(NodeId) -> String) {
+        let node = *self.tape.node(v);
+        let c = name(v);
+        for o in 0..self.lanes() {
+            if self.cones.get(o).is_some_and(|cone| !cone[v.index()]) {
+                continue;
+            }
+            let d = self.dname(v, o);
+            let mut lines: Vec<String> = Vec::new();
+            let act = |a: NodeId| self.active(a);
+            match node {
+                Node::Binary(op, a, b) => {
+                    let (va, vb) = (self.operand(a, name), self.operand(b, name));
+                    let (da, db) = (self.dname(a, o), self.dname(b, o));
+                    match op {
+                        BinaryOp::Add | BinaryOp::Sub => {
+                            if act(a) {
+                                lines.push(format!("{da} += {d};"));
+                            }
+                            if act(b) {
+                                let sign = if op == BinaryOp::Add { '+' } else { '-' };
+                                lines.push(format!("{db} {sign}= {d};"));
+                            }
+                        }
+                        BinaryOp::Mul => {
+                            if act(a) {
+                                lines.push(format!("{da} += {d} * {vb};"));
+                            }
+                            if act(b) {
+                                lines.push(format!("{db} += {d} * {va};"));
+                            }
+                        }
+                        BinaryOp::Div => {
+                            if act(a) {
+                                lines.push(format!("{da} += {d} / {vb};"));
+                            }
+                            if act(b) {
+                                lines.push(format!("{db} -= {d} * {c} / {vb};"));
+                            }
+                        }
+                        BinaryOp::Max | BinaryOp::Min => {
+                            let cmp = if op == BinaryOp::Max { ">=" } else { "<=" };
+                            let cond = format!("{va} {cmp} {vb}");
+                            match (act(a), act(b)) {
+                                (true, true) => lines.push(format!("if ({cond}) {da} += {d}; else {db} += {d};")),
+                                (true, false) => lines.push(format!("if ({cond}) {da} += {d};")),
+                                (false, true) => lines.push(format!("if (!({cond})) {db} += {d};")),
+                                (false, false) => {}
+                            }
+                        }
+                    }
+                }
+                Node::Unary(op, a) if act(a) => {
+                    let va = self.operand(a, name);
+                    let da = self.dname(a, o);
+                    lines.push(match op {
+                        UnaryOp::Neg => format!("{da} -= {d};"),
+                        UnaryOp::Exp => format!("{da} += {d} * {c};"),
+                        UnaryOp::Log => format!("{da} += {d} / {va};"),
+                        UnaryOp::Sqrt => format!("{da} += {d} * {} / {c};", self.lit(0.5)),
+                        UnaryOp::Abs => {
+                            let zero = self.lit(0.0);
+                            format!("if ({va} > {zero}) {da} += {d}; else if ({va} < {zero}) {da} -= {d};")
+                        }
+                    });
+                }
+                // Leaves read nothing; an input's adjoint is its Greek and stays where it is.
+                _ => {}
+            }
+            for l in lines {
+                out.line(self.note(l, v));
+            }
+        }
+    }
+
+    /// `real dN = 0;` for every lane of `v`.
+    fn declare_adjoint(&self, out: &mut Out, v: NodeId) {
+        let zero = self.lit(0.0);
+        let decls: Vec<String> = (0..self.lanes()).map(|o| format!("{} {} = {zero};", self.real(), self.dname(v, o))).collect();
+        out.line(decls.join(" "));
+    }
+
+    /// Seeds each output's own lane with 1 (outputs that depend on no input have no adjoint).
+    fn seed(&self, out: &mut Out) {
+        for (o, output) in self.tape.outputs.iter().enumerate() {
+            if self.active(output.node) {
+                out.line(format!("{} = {};", self.dname(output.node, o), self.lit(1.0)));
+            }
+        }
+    }
+
+    /// The scratch address of `slot` (C dialects).
+    fn scratch_at(&self, slot: u32) -> String {
+        let s = self.scratch.as_ref().expect("scratch layout");
+        let i64t = self.index64;
+        match s.layout {
+            ScratchLayout::Soa => format!("scratch[({i64t}){slot}u * {} + gid]", self.param("invocations")),
+            ScratchLayout::Aos => format!("scratch[({i64t})gid * {}u + {slot}u]", s.slots),
+        }
+    }
+
+    fn slot(&self, v: NodeId) -> Option<u32> {
+        self.scratch.as_ref().and_then(|s| s.slot_of[v.index()])
+    }
+
+    /// The leaves (`acc[s]`, in the manifest's sum order) from the output values and adjoints.
+    fn epilogue(&self, out: &mut Out, name: &dyn Fn(NodeId) -> String) {
+        let n_in = self.tape.inputs.len();
+        let per = if self.mode == Mode::Reverse { 2 + n_in } else { 2 };
+        let mut input_node: Vec<Option<NodeId>> = vec![None; n_in];
+        for v in self.tape.ids() {
+            if let Node::Input(i) = *self.tape.node(v) {
+                input_node[i as usize] = Some(v);
+            }
+        }
+        for (o, output) in self.tape.outputs.iter().enumerate() {
+            let base = o * per;
+            let y = self.d.cast("double", &self.operand(output.node, name));
+            out.line(format!("acc[{}] = {y};", base));
+            out.line(format!("acc[{}] = acc[{}] * acc[{}];", base + 1, base, base));
+            if self.mode == Mode::Reverse {
+                for (i, node) in input_node.iter().enumerate() {
+                    if let Some(v) = node.filter(|&v| self.active(v)) {
+                        let g = self.d.cast("double", &self.dname(v, o));
+                        out.line(format!("acc[{}] = {g};", base + 2 + i));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renders the body (run only by threads whose path is below `paths`) at indentation `indent`.
+    pub fn render(&self, indent: usize) -> String {
+        let mut out = Out { lines: Vec::new(), indent };
+        let plain = |v: NodeId| format!("v{}", v.0);
+        let keys = ("key0", "key1");
+        if !self.checkpointed() {
+            out.line("// forward sweep");
+            for v in self.tape.ids() {
+                if self.live(v) && !self.is_const(v) {
+                    let e = self.value_expr(v, &plain, keys);
+                    out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
+                }
+            }
+            if self.mode == Mode::Reverse {
+                out.line("// reverse sweep");
+                for v in self.tape.ids().filter(|&v| self.active(v)) {
+                    self.declare_adjoint(&mut out, v);
+                }
+                self.seed(&mut out);
+                for v in self.tape.ids().rev().filter(|&v| self.active(v)) {
+                    self.adjoint_lines(&mut out, v, &plain);
+                }
+            }
+            out.line("// leaves");
+            self.epilogue(&mut out, &plain);
+            return out.lines.join("\n");
+        }
+
+        let sp = &self.plan.segments;
+        let top: Vec<NodeId> =
+            sp.persistent.iter().copied().filter(|&v| self.live(v) && !self.is_const(v)).collect();
+        out.line(format!("// {} persistent values", top.len()));
+        for chunk in top.chunks(8) {
+            let decls: Vec<String> = chunk.iter().map(|v| format!("{} v{};", self.real(), v.0)).collect();
+            out.line(decls.join(" "));
+        }
+        let count = sp.segments.len();
+        out.line(format!("// forward sweep: {count} segments; a block's locals die at its closing brace"));
+        for (s, seg) in sp.segments.iter().enumerate() {
+            out.open(format!("{{ // segment {s}: %{}..%{}", seg.range.start, seg.range.end));
+            for v in seg.range.clone().map(NodeId) {
+                if !self.live(v) || self.is_const(v) {
+                    continue;
+                }
+                let e = self.value_expr(v, &plain, keys);
+                if self.is_persistent(v) {
+                    out.line(self.note(format!("v{} = {e};", v.0), v));
+                } else {
+                    out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
+                }
+                if let Some(slot) = self.slot(v) {
+                    out.line(self.note(format!("{} = v{};", self.scratch_at(slot), v.0), v));
+                }
+            }
+            out.close();
+        }
+        out.line("// reverse sweep: last segment first; adjoints of persistent values live at top level");
+        for &v in top.iter().filter(|&&v| self.active(v)) {
+            self.declare_adjoint(&mut out, v);
+        }
+        self.seed(&mut out);
+        let zero = self.param("zero");
+        for s in (0..count).rev() {
+            let seg = &sp.segments[s];
+            let opaque: BTreeSet<NodeId> = self.plan.opacity.opaque_reads[s].iter().copied().collect();
+            out.open(format!("{{ // segment {s} reverse: %{}..%{}", seg.range.start, seg.range.end));
+            let rekey = self.plan.opacity.rekey[s];
+            if rekey {
+                out.line(format!("{u} rk0 = key0 ^ {zero}; {u} rk1 = key1 ^ {zero};", u = self.d.uint));
+            }
+            let block_keys = if rekey { ("rk0", "rk1") } else { keys };
+            for &r in &opaque {
+                if !self.live(r) || self.is_const(r) {
+                    continue;
+                }
+                let src = match self.slot(r) {
+                    Some(slot) => self.scratch_at(slot),
+                    None => format!("v{}", r.0),
+                };
+                out.line(self.note(format!("{} r{} = opq({src}, {zero});", self.real(), r.0), r));
+            }
+            let name = |v: NodeId| {
+                if opaque.contains(&v) {
+                    format!("r{}", v.0)
+                } else {
+                    format!("v{}", v.0)
+                }
+            };
+            for v in seg.range.clone().map(NodeId) {
+                if self.live(v) && !self.is_const(v) && !self.is_persistent(v) {
+                    let e = self.value_expr(v, &name, block_keys);
+                    out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
+                }
+            }
+            for v in seg.range.clone().map(NodeId) {
+                if self.active(v) && !self.is_persistent(v) {
+                    self.declare_adjoint(&mut out, v);
+                }
+            }
+            for v in seg.range.clone().rev().map(NodeId) {
+                if self.active(v) {
+                    self.adjoint_lines(&mut out, v, &name);
+                }
+            }
+            out.close();
+        }
+        out.line("// leaves");
+        self.epilogue(&mut out, &plain);
+        out.lines.join("\n")
+    }
+
+    /// Which draw kinds the body calls (the skeleton defines only those: GLSL has no f64 `log`).
+    pub fn draws_used(&self) -> (bool, bool) {
+        let mut normal = false;
+        let mut uniform = false;
+        for v in self.tape.ids() {
+            if self.live(v) {
+                match self.tape.node(v) {
+                    Node::Draw(DrawKind::Normal, _) => normal = true,
+                    Node::Draw(DrawKind::Uniform, _) => uniform = true,
+                    _ => {}
+                }
+            }
+        }
+        (normal, uniform)
+    }
+
+    /// Checks that the plan's segments only read what they may (their own nodes, persistent
+    /// values, constants): `Err` names the first read that breaks it. A plan from
+    /// `passes::plan` always passes; this keeps a foreign plan from producing source that
+    /// reads a variable out of scope.
+    pub fn check_reads(&self) -> Result<(), String> {
+        if !self.checkpointed() {
+            return Ok(());
+        }
+        let sp = &self.plan.segments;
+        for (s, seg) in sp.segments.iter().enumerate() {
+            for v in seg.range.clone().map(NodeId).filter(|&v| self.live(v)) {
+                for a in self.tape.node(v).args() {
+                    if !seg.range.contains(&a.0) && !self.is_persistent(a) && !self.is_const(a) {
+                        return Err(format!("segment {s}: {v} reads {a}, which is neither in the segment nor persistent"));
+                    }
+                    if !self.live(a) {
+                        return Err(format!("segment {s}: live {v} reads dead {a}"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,238 @@
+//! What differs between the three C-like kernel languages, in one value per language.
+//!
+//! Like tinygrad's `CStyleLanguage`: the emitter (`body.rs`) and the skeleton template
+//! (`templates/kernel.txt`) are shared, and every spelling that differs between CUDA (as NVRTC
+//! compiles it), OpenCL C 1.2 and GLSL 450 comes from a [`Dialect`]. The op-to-text tables
+//! ([`Dialect::math`], [`binary_op`], [`literal`]) live here and nowhere else.
+
+use super::manifest::{Precision, Target};
+use crate::tape::{BinaryOp, UnaryOp};
+
+/// The spellings of one kernel language. Every field is plain text pasted into the source.
+#[derive(Clone, Copy, Debug)]
+pub struct Dialect {
+    pub target: Target,
+    /// The 32-bit unsigned integer type.
+    pub uint: &'static str,
+    /// Qualifiers in front of a helper function definition.
+    pub fn_qual: &'static str,
+    /// Prefix of every scalar kernel parameter where it is read (`pc.` for GLSL push constants).
+    pub param: &'static str,
+    /// The thread's index inside its workgroup, as a `uint` expression.
+    pub local_id: &'static str,
+    /// The workgroup's index, as a `uint` expression.
+    pub group_id: &'static str,
+    /// A workgroup barrier that also orders shared-memory accesses (a full statement).
+    pub barrier: &'static str,
+    /// Suffix of an f32 literal.
+    pub f32_suffix: &'static str,
+    /// Suffix of an f64 literal.
+    pub f64_suffix: &'static str,
+}
+
+/// CUDA C++ as NVRTC compiles it: no `#include`, `extern "C" __global__` entry point.
+pub const CUDA: Dialect = Dialect {
+    target: Target::Cuda,
+    uint: "unsigned int",
+    fn_qual: "__device__ __forceinline__ ",
+    param: "",
+    local_id: "threadIdx.x",
+    group_id: "blockIdx.x",
+    barrier: "__syncthreads();",
+    f32_suffix: "f",
+    f64_suffix: "",
+};
+
+/// OpenCL C 1.2 (PoCL, NVIDIA): `cl_khr_fp64` is always enabled, the partial sums are f64.
+pub const OPENCL: Dialect = Dialect {
+    target: Target::Opencl,
+    uint: "uint",
+    fn_qual: "",
+    param: "",
+    local_id: "(uint)get_local_id(0)",
+    group_id: "(uint)get_group_id(0)",
+    barrier: "barrier(CLK_LOCAL_MEM_FENCE);",
+    f32_suffix: "f",
+    f64_suffix: "",
+};
+
+/// GLSL 450 for Vulkan 1.1+: scalars in the push-constant block `pc`, no 64-bit integers.
+pub const GLSL: Dialect = Dialect {
+    target: Target::Glsl,
+    uint: "uint",
+    fn_qual: "",
+    param: "pc.",
+    local_id: "gl_LocalInvocationID.x",
+    group_id: "gl_WorkGroupID.x",
+    barrier: "memoryBarrierShared(); barrier();",
+    f32_suffix: "",
+    f64_suffix: "lf",
+};
+
+/// A math function the kernels call.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum MathFn {
+    Exp,
+    Log,
+    Sqrt,
+    Cos,
+    Abs,
+}
+
+impl Dialect {
+    /// The dialect of a C-like target; `None` for `Target::Cpu`.
+    pub fn of(target: Target) -> Option<Dialect> {
+        match target {
+            Target::Cuda => Some(CUDA),
+            Target::Opencl => Some(OPENCL),
+            Target::Glsl => Some(GLSL),
+            Target::Cpu => None,
+        }
+    }
+
+    /// The name of `f` at precision `p` (CUDA has `expf`/`exp`; OpenCL and GLSL overload).
+    pub fn math(&self, f: MathFn, p: Precision) -> &'static str {
+        let cuda_f32 = self.target == Target::Cuda && p == Precision::F32;
+        match (f, cuda_f32) {
+            (MathFn::Exp, true) => "expf",
+            (MathFn::Exp, false) => "exp",
+            (MathFn::Log, true) => "logf",
+            (MathFn::Log, false) => "log",
+            (MathFn::Sqrt, true) => "sqrtf",
+            (MathFn::Sqrt, false) => "sqrt",
+            (MathFn::Cos, true) => "cosf",
+            (MathFn::Cos, false) => "cos",
+            (MathFn::Abs, true) => "fabsf",
+            (MathFn::Abs, false) => {
+                if self.target == Target::Glsl {
+                    "abs"
+                } else {
+                    "fabs"
+                }
+            }
+        }
+    }
+
+    /// A conversion of `expr` to type `ty` (`(ty)(expr)` in C, `ty(expr)` in GLSL).
+    pub fn cast(&self, ty: &str, expr: &str) -> String {
+        if self.target == Target::Glsl {
+            format!("{ty}({expr})")
+        } else {
+            format!("({ty})({expr})")
+        }
+    }
+
+    /// The body of the opaque identity `opq(x, z)`: the bits of `x` XOR the run-time zero `z`.
+    pub fn opaque_body(&self, p: Precision) -> &'static str {
+        match (self.target, p) {
+            (Target::Cuda, Precision::F32) => "__int_as_float(__float_as_int(x) ^ (int)z)",
+            (Target::Cuda, Precision::F64) => "__longlong_as_double(__double_as_longlong(x) ^ (long long)z)",
+            (Target::Opencl, Precision::F32) => "as_float(as_uint(x) ^ z)",
+            (Target::Opencl, Precision::F64) => "as_double(as_ulong(x) ^ (ulong)z)",
+            (_, Precision::F32) => "uintBitsToFloat(floatBitsToUint(x) ^ z)",
+            (_, Precision::F64) => "packDouble2x32(unpackDouble2x32(x) ^ uvec2(z))",
+        }
+    }
+
+    /// The high 32 bits of the 64-bit product of two uints `a` and `b` (the body of `mulhi`).
+    pub fn mulhi_body(&self) -> &'static str {
+        match self.target {
+            Target::Cuda => "return __umulhi(a, b);",
+            Target::Opencl => "return mul_hi(a, b);",
+            _ => "uint hi; uint lo; umulExtended(a, b, hi, lo); return hi;",
+        }
+    }
+
+    /// A literal of precision `p` that parses back to exactly `x` rounded to `p` (see [`literal`]).
+    pub fn literal(&self, x: f64, p: Precision) -> String {
+        literal(x, p, self.f32_suffix, self.f64_suffix)
+    }
+}
+
+/// The scalar type name of a precision (the same in all three languages).
+pub fn real(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "float",
+        Precision::F64 => "double",
+    }
+}
+
+/// `x` rounded to `p`, printed as the shortest decimal that parses back to the same bits, with a
+/// `.0` when it has no fraction or exponent (so it is a floating literal in every language), the
+/// precision's suffix, and parentheses around a negative value. `x` rounded to `p` must be finite
+/// (`emit` refuses a constant that overflows f32).
+pub fn literal(x: f64, p: Precision, f32_suffix: &str, f64_suffix: &str) -> String {
+    let digits = match p {
+        // Rust's `{:?}` is the shortest round-trip representation and always has `.` or `e`.
+        Precision::F32 => format!("{:?}{f32_suffix}", x as f32),
+        Precision::F64 => format!("{x:?}{f64_suffix}"),
+    };
+    if digits.starts_with('-') {
+        format!("({digits})")
+    } else {
+        digits
+    }
+}
+
+/// The text of `a OP b` for a binary op on two already-rendered operands. `max` and `min` are
+/// selects so that ties go to the first argument exactly as TAPE-FORMAT.md says (`fmax` does not
+/// promise which zero it returns).
+pub fn binary_op(op: BinaryOp, a: &str, b: &str) -> String {
+    match op {
+        BinaryOp::Add => format!("{a} + {b}"),
+        BinaryOp::Sub => format!("{a} - {b}"),
+        BinaryOp::Mul => format!("{a} * {b}"),
+        BinaryOp::Div => format!("{a} / {b}"),
+        BinaryOp::Max => format!("({a} >= {b}) ? {a} : {b}"),
+        BinaryOp::Min => format!("({a} <= {b}) ? {a} : {b}"),
+    }
+}
+
+/// The text of a unary op on a rendered operand, in dialect `d` at precision `p`.
+pub fn unary_op(d: &Dialect, p: Precision, op: UnaryOp, a: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("-{a}"),
+        UnaryOp::Exp => format!("{}({a})", d.math(MathFn::Exp, p)),
+        UnaryOp::Log => format!("{}({a})", d.math(MathFn::Log, p)),
+        UnaryOp::Sqrt => format!("{}({a})", d.math(MathFn::Sqrt, p)),
+        UnaryOp::Abs => format!("{}({a})", d.math(MathFn::Abs, p)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_round_trip() {
+        let xs = [0.5, 100.0, 1e-7, -2.5, 1.0 / 3.0, 0.1, 6.02214076e23, -0.0, 5e-324, f64::MAX, 252.0];
+        for &x in &xs {
+            let s = literal(x, Precision::F64, "", "lf");
+            let t = s.trim_start_matches('(').trim_end_matches(')').trim_end_matches("lf");
+            assert_eq!(t.parse::<f64>().unwrap().to_bits(), x.to_bits(), "{s}");
+            assert!(t.contains('.') || t.contains('e'), "{s}");
+            if !(x as f32).is_finite() {
+                continue; // emit refuses such a constant in f32 (EmitError::ConstOverflow)
+            }
+            let s = literal(x, Precision::F32, "f", "");
+            let t = s.trim_start_matches('(').trim_end_matches(')').trim_end_matches('f');
+            assert_eq!(t.parse::<f32>().unwrap().to_bits(), (x as f32).to_bits(), "{s}");
+        }
+        assert_eq!(literal(0.1, Precision::F32, "f", ""), "0.1f");
+        assert_eq!(literal(0.1, Precision::F64, "", "lf"), "0.1lf");
+        assert_eq!(literal(-2.5, Precision::F64, "", ""), "(-2.5)");
+        assert_eq!(literal(100.0, Precision::F32, "", ""), "100.0");
+        assert_eq!(literal(1.0 / 3.0, Precision::F32, "f", ""), "0.33333334f");
+    }
+
+    #[test]
+    fn spellings() {
+        assert_eq!(CUDA.math(MathFn::Exp, Precision::F32), "expf");
+        assert_eq!(CUDA.math(MathFn::Exp, Precision::F64), "exp");
+        assert_eq!(OPENCL.math(MathFn::Abs, Precision::F32), "fabs");
+        assert_eq!(GLSL.math(MathFn::Abs, Precision::F64), "abs");
+        assert_eq!(GLSL.cast("double", "v1"), "double(v1)");
+        assert_eq!(CUDA.cast("double", "v1"), "(double)(v1)");
+        assert_eq!(binary_op(BinaryOp::Max, "v1", "v2"), "(v1 >= v2) ? v1 : v2");
+    }
+}

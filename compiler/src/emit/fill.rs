@@ -1,0 +1,112 @@
+//! Filling the manifest (`nablac_runtime::manifest`, the runtime's contract) for an emitted kernel.
+
+use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};
+use super::body::Body;
+use super::EmitOptions;
+use crate::tape::Tape;
+
+/// The sum names in partials order (see [`Manifest::sums`]).
+pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
+    let mut sums = Vec::new();
+    for out in &tape.outputs {
+        sums.push(format!("value:{}", out.name));
+        sums.push(format!("value_sq:{}", out.name));
+        if mode == Mode::Reverse {
+            for input in &tape.inputs {
+                sums.push(format!("greek:{}:{}", out.name, input.name));
+            }
+        }
+    }
+    sums
+}
+
+fn param(name: &str, ty: String, binding: u32, role: &str, doc: String) -> Param {
+    Param { name: name.into(), ty, binding, role: role.into(), doc }
+}
+
+/// The kernel's parameters in binding order (the module doc of `emit` is the ABI).
+fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param> {
+    let real = opts.precision.name();
+    let glsl = opts.target == Target::Glsl;
+    let mem = |t: &str| if glsl { format!("buffer<{t}>") } else { format!("ptr<{t}>") };
+    let mut ps = vec![
+        param("inputs", mem(real), 0, "input", "n_inputs input values, in input order (manifest `inputs`)".into()),
+        param(
+            "partials",
+            mem("f64"),
+            1,
+            "output",
+            format!("n_groups * {n_sums} f64: partials[group * {n_sums} + s] = the group's pairwise sum of sum s"),
+        ),
+    ];
+    let scalars: [(&str, &str); 7] = [
+        ("path_base_lo", "low 32 bits of the first path of the launch (a multiple of workgroup_size)"),
+        ("path_base_hi", "high 32 bits of the first path of the launch"),
+        ("paths_lo", "low 32 bits of the total path count (paths at or past it contribute 0)"),
+        ("paths_hi", "high 32 bits of the total path count"),
+        ("seed_lo", "low 32 bits of the seed (Philox key word 0)"),
+        ("seed_hi", "high 32 bits of the seed (Philox key word 1)"),
+        ("zero", "always 0: the run-time zero of the opaque identity and the re-keyed generator"),
+    ];
+    for (k, (name, doc)) in scalars.iter().enumerate() {
+        let k = k as u32;
+        if glsl {
+            ps.push(param(name, "u32".into(), 4 * k, "push", (*doc).into()));
+        } else {
+            ps.push(param(name, "u32".into(), 2 + k, "value", (*doc).into()));
+        }
+    }
+    if let Some(slots) = scratch {
+        ps.push(param(
+            "scratch",
+            mem(real),
+            9,
+            "scratch",
+            format!("{slots} slots per thread: {slots} * invocations values, device only"),
+        ));
+        ps.push(param("invocations", "u32".into(), 10, "value", "threads in the launch (n_groups * workgroup_size)".into()));
+    }
+    ps
+}
+
+/// Fills every field of the manifest for the kernel `body` renders.
+pub(super) fn build(tape: &Tape, plan: &crate::plan::Plan, opts: &EmitOptions, body: &Body<'_>) -> Result<Manifest, super::EmitError> {
+    let sums = sum_names(tape, opts.mode);
+    let checkpointed = body.checkpointed();
+    let persistent = if checkpointed {
+        plan.segments
+            .persistent
+            .iter()
+            .filter(|v| plan.activity.live[v.index()] && !matches!(tape.node(**v), crate::tape::Node::Const(_)))
+            .count() as u32
+    } else {
+        0
+    };
+    let scratch_slots = body.scratch.as_ref().map(|s| s.slots);
+    Ok(Manifest {
+        manifest_version: MANIFEST_VERSION,
+        nablac_version: env!("CARGO_PKG_VERSION").into(),
+        target: opts.target,
+        entry_point: super::skeleton::entry_point(opts.target).into(),
+        mode: opts.mode,
+        precision: opts.precision,
+        inputs: tape.inputs.iter().map(|i| i.name.clone()).collect(),
+        input_defaults: tape.inputs.iter().map(|i| i.value).collect(),
+        outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
+        params: params(opts, sums.len(), scratch_slots),
+        sums,
+        workgroup_size: opts.workgroup_size,
+        segments: if checkpointed { plan.segments.segments.len() as u32 } else { 1 },
+        checkpoint: if checkpointed { plan.segments.strategy } else { super::manifest::Checkpoint::Off },
+        persistent,
+        scratch_slots_per_path: scratch_slots.unwrap_or(0),
+        scratch_layout: body.scratch.as_ref().map_or(String::new(), |s| s.layout.name().into()),
+        draws: tape.n_draws,
+        tape_hash: crate::format::content_hash(tape),
+        compile_options: match opts.target {
+            Target::Cuda => vec!["--fmad=false".into()],
+            Target::Opencl => vec!["-cl-fp32-correctly-rounded-divide-sqrt".into()],
+            _ => Vec::new(),
+        },
+    })
+}

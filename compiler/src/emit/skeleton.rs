@@ -1,0 +1,151 @@
+//! The kernel skeleton: `templates/kernel.txt`, rendered by askama around the straight-line body.
+//!
+//! The template holds the bindings, the path index, Philox and the draws, the reduction and the
+//! epilogue for all three dialects; every spelling that differs comes from the [`Dialect`].
+
+use super::body::Body;
+use super::dialect::{real, Dialect, MathFn};
+use super::manifest::{Mode, Precision, Target};
+use super::{EmitError, EmitOptions};
+use askama::Template;
+
+/// The template's fields (all plain text or flags).
+#[derive(Template)]
+#[template(path = "kernel.txt", escape = "none")]
+struct Skeleton {
+    version: &'static str,
+    kind: String,
+    tape_hash: String,
+    cuda: bool,
+    opencl: bool,
+    glsl: bool,
+    entry: &'static str,
+    real: &'static str,
+    uint: &'static str,
+    fn_qual: &'static str,
+    p: &'static str,
+    local_id: &'static str,
+    group_id: &'static str,
+    barrier: &'static str,
+    wg: u32,
+    n_sums: usize,
+    partial_index: String,
+    dzero: String,
+    scratch: bool,
+    opaque: bool,
+    draws: bool,
+    normal: bool,
+    uniform: bool,
+    f64: bool,
+    opq_body: &'static str,
+    mulhi_body: &'static str,
+    u_x0: String,
+    u_x1: String,
+    u_x2: String,
+    u_x3: String,
+    half: String,
+    two21: String,
+    ulp: String,
+    minus_two: String,
+    tau: String,
+    sqrt: &'static str,
+    log: &'static str,
+    cos: &'static str,
+    body: String,
+}
+
+/// The entry point's name in the source (GLSL's is always `main`).
+pub(super) fn entry_point(target: Target) -> &'static str {
+    match target {
+        Target::Glsl => "main",
+        _ => "nablac_main",
+    }
+}
+
+/// What kind of kernel this is, in words (for the header comment and the manifest docs).
+pub(super) fn kind(body: &Body<'_>) -> String {
+    match (body.mode, body.checkpointed(), body.scratch.is_some()) {
+        (Mode::Price, _, _) => "price kernel".into(),
+        (Mode::Reverse, false, _) => "plain reverse kernel".into(),
+        (Mode::Reverse, true, false) => {
+            format!("checkpointed reverse kernel, register recompute, {} segments", body.plan.segments.segments.len())
+        }
+        (Mode::Reverse, true, true) => format!(
+            "checkpointed reverse kernel, scratch buffer ({}), {} segments",
+            body.scratch.as_ref().map_or("", |s| s.layout.name()),
+            body.plan.segments.segments.len()
+        ),
+    }
+}
+
+/// Renders the whole kernel source.
+pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, EmitError> {
+    let d: Dialect = body.d;
+    let p = opts.precision;
+    let f64 = p == Precision::F64;
+    let glsl = opts.target == Target::Glsl;
+    let (normal, uniform) = body.draws_used();
+    let n_sums = super::fill::sum_names(body.tape, opts.mode).len();
+    let partial_index = if glsl {
+        format!("group * {n_sums}u + s")
+    } else {
+        format!("({})group * {n_sums}u + s", body.index64)
+    };
+    let (u_x0, u_x1, u_x2, u_x3, ulp) = if f64 {
+        (
+            d.cast("double", "x.x"),
+            d.cast("double", "x.y >> 11u"),
+            d.cast("double", "x.z"),
+            d.cast("double", "x.w >> 11u"),
+            d.literal(2f64.powi(-53), p),
+        )
+    } else {
+        (d.cast("float", "x.x >> 8u"), d.cast("float", "x.y >> 8u"), String::new(), String::new(), d.literal(2f64.powi(-24), p))
+    };
+    let tau = match p {
+        Precision::F32 => d.literal(f64::from(std::f32::consts::TAU), p),
+        Precision::F64 => d.literal(std::f64::consts::TAU, p),
+    };
+    let sk = Skeleton {
+        version: env!("CARGO_PKG_VERSION"),
+        kind: kind(body),
+        tape_hash: crate::format::content_hash(body.tape),
+        cuda: opts.target == Target::Cuda,
+        opencl: opts.target == Target::Opencl,
+        glsl,
+        entry: entry_point(opts.target),
+        real: real(p),
+        uint: d.uint,
+        fn_qual: d.fn_qual,
+        p: d.param,
+        local_id: d.local_id,
+        group_id: d.group_id,
+        barrier: d.barrier,
+        wg: opts.workgroup_size,
+        n_sums,
+        partial_index,
+        dzero: d.literal(0.0, Precision::F64),
+        scratch: body.scratch.is_some(),
+        opaque: body.checkpointed(),
+        draws: normal || uniform,
+        normal,
+        uniform,
+        f64,
+        opq_body: d.opaque_body(p),
+        mulhi_body: d.mulhi_body(),
+        u_x0,
+        u_x1,
+        u_x2,
+        u_x3,
+        half: d.literal(0.5, p),
+        two21: d.literal(2097152.0, p),
+        ulp,
+        minus_two: d.literal(-2.0, p),
+        tau,
+        sqrt: d.math(MathFn::Sqrt, p),
+        log: d.math(MathFn::Log, p),
+        cos: d.math(MathFn::Cos, p),
+        body: body.render(2),
+    };
+    sk.render().map_err(|e| EmitError::Render { template: "kernel.txt", message: e.to_string() })
+}
