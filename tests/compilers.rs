@@ -157,3 +157,128 @@ fn every_kernel_in_nablac_compile_dir() {
     }
     assert!(failures.is_empty(), "{} of {} kernels failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// nablac's own kernels: the corpus and the 252-step Asian.
+
+use nablac::emit::{emit, EmitError, EmitOptions, Kernel, Mode, Precision, Target};
+use nablac::plan::{Checkpoint, SegmentOptions};
+
+/// Plans `tape` at `segments` segments (1 = plain) with `strategy`, as `nablac` does.
+fn planned(tape: &nablac::tape::Tape, segments: u32, strategy: Checkpoint) -> nablac::plan::Plan {
+    nablac::passes::plan(tape, &SegmentOptions { strategy, segments: Some(segments), ..Default::default() })
+}
+
+/// Compiles one emitted kernel with its target's compiler and the manifest's compile options;
+/// `Ok(summary)` or the compiler's message. CUDA goes on to ptxas (sm_90).
+fn compile(k: &Kernel, what: &str) -> Result<String, toolchain::ToolError> {
+    let opts: Vec<&str> = k.manifest.compile_options.iter().map(String::as_str).collect();
+    match k.manifest.target {
+        Target::Cuda => toolchain::ptxas_reports(&k.source, "90", &opts, what).map(|rs| format!("{rs:?}")),
+        Target::Opencl => toolchain::opencl_build(&k.source, &opts.join(" "), what).map(|b| {
+            assert_eq!(b.kernels, [k.manifest.entry_point.clone()], "{what}: entry point");
+            format!("{:?}", b.kernels)
+        }),
+        _ => toolchain::glsl_to_spirv(&k.source, what).map(|spv| format!("{} B SPIR-V", spv.len())),
+    }
+}
+
+/// The one open emitter issue this suite tolerates, so that everything else stays guarded: NVRTC
+/// warning #177 ("variable vN was declared but never referenced") and nothing else, which the
+/// checkpointed CUDA reverse kernels give today (a reverse block recomputes a forward line that
+/// none of its adjoint lines read). Remove this once the emitter drops those lines.
+fn known_emit_issue(e: &toolchain::ToolError) -> bool {
+    match e {
+        toolchain::ToolError::Warnings { tool: toolchain::Tool::Nvrtc, log, .. } => log
+            .lines()
+            .filter(|l| l.contains("warning") && !l.starts_with("Remark:"))
+            .all(|l| l.contains("warning #177-D: variable")),
+        _ => false,
+    }
+}
+
+/// Every corpus tape (tests/in/*.ntape) at each of its sidecar's segment counts, register
+/// recompute (and scratch for CUDA/OpenCL when checkpointed), price (plain only) and reverse, f32
+/// and f64, through each target's compiler without warnings. GLSL f64 kernels the emitter refuses
+/// (exp/log/cos have no double overloads in GLSL) are the only combinations left out.
+#[test]
+fn corpus_kernels_compile_on_every_target() {
+    let cases = nablac::corpus::load(&nablac::corpus::dir()).expect("corpus loads");
+    assert!(!cases.is_empty(), "tests/in has no tapes");
+    let (mut failures, mut compiled, mut refused, mut known) = (Vec::new(), 0, 0, 0);
+    for case in &cases {
+        for &s in &case.options.segments {
+            for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
+                let mut strategies = vec![Checkpoint::Registers];
+                if s > 1 && target != Target::Glsl {
+                    strategies.push(Checkpoint::Scratch);
+                }
+                for strategy in strategies {
+                    let plan = planned(&case.tape, s, strategy);
+                    let modes: &[Mode] = if s == 1 { &[Mode::Price, Mode::Reverse] } else { &[Mode::Reverse] };
+                    for &mode in modes {
+                        for precision in [Precision::F32, Precision::F64] {
+                            let what = format!("{}_s{s}_{strategy:?}_{}_{mode:?}_{}", case.name, target.name(), precision.name());
+                            let o = EmitOptions { target, mode, precision, ..EmitOptions::default() };
+                            let k = match emit(&case.tape, &plan, &o) {
+                                Ok(k) => k,
+                                Err(EmitError::Unsupported { .. }) if target == Target::Glsl && precision == Precision::F64 => {
+                                    refused += 1;
+                                    continue;
+                                }
+                                Err(e) => panic!("{what}: emit failed: {e}"),
+                            };
+                            match compile(&k, &what) {
+                                Ok(_) => compiled += 1,
+                                Err(e) if known_emit_issue(&e) => {
+                                    eprintln!("KNOWN ISSUE {what}: NVRTC #177 unused recomputed local");
+                                    known += 1;
+                                }
+                                Err(e @ toolchain::ToolError::Missing { .. }) => {
+                                    check::<()>(Err(e));
+                                }
+                                Err(e) => failures.push(format!("{what}: {e}")),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "corpus: {compiled} kernels compiled clean, {refused} GLSL f64 refused by the emitter, {known} known issue, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} kernels failed:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// The 252-step Asian call (crate::products defaults), f32 reverse, CUDA sm_90: the plain kernel
+/// spills to local memory, the checkpointed one (16 segments, register recompute) spills nothing;
+/// OpenCL and GLSL compile both clean. Slow on a small CPU (NVRTC+ptxas take ~1-2 min a kernel).
+#[test]
+fn asian_252_checkpointed_does_not_spill_at_sm90() {
+    use nablac::products::{record, Market, Options, Product};
+    let tape = record(Product::AsianCall, &Options::defaults(Product::AsianCall), &Market::default()).expect("records");
+    let plain = planned(&tape, 1, Checkpoint::Registers);
+    let ckpt = planned(&tape, 16, Checkpoint::Registers);
+    for target in [Target::Opencl, Target::Glsl] {
+        for (name, plan) in [("plain", &plain), ("ckpt16", &ckpt)] {
+            let k = emit(&tape, plan, &EmitOptions { target, ..EmitOptions::default() }).expect("emits");
+            check(compile(&k, &format!("asian252_{name}_{}", target.name())));
+        }
+    }
+    let report = |plan| {
+        let k = emit(&tape, plan, &EmitOptions { target: Target::Cuda, ..EmitOptions::default() }).expect("emits");
+        let mut opts: Vec<&str> = k.manifest.compile_options.iter().map(String::as_str).collect();
+        // The corpus test tracks the known #177 warning (see known_emit_issue); here only the
+        // resource report matters, so that one warning is suppressed.
+        opts.push("--diag-suppress=177");
+        check(toolchain::ptxas_reports(&k.source, "90", &opts, "asian252"))
+            .map(|rs| rs.into_iter().find(|(e, _)| *e == k.manifest.entry_point).expect("entry in PTX").1)
+    };
+    let Some(p) = report(&plain) else { return };
+    let Some(c) = report(&ckpt) else { return };
+    eprintln!("asian252 sm_90 f32 reverse: plain {p:?}, checkpointed {c:?}");
+    assert!(p.spill_stores > 0 && p.spill_loads > 0, "the plain kernel was expected to spill: {p:?}");
+    assert_eq!((c.spill_stores, c.spill_loads), (0, 0), "the checkpointed kernel spills: {c:?}");
+}
