@@ -44,9 +44,14 @@ if [[ "${NABLAC_SKIP_APT:-0}" != 1 ]]; then
     installed python3-pip || missing+=(python3-pip)
   fi
   if ((${#missing[@]})); then
+    SUDO=()
     if [[ $(id -u) != 0 ]]; then
-      log "error: missing apt packages (${missing[*]}) and not root; rerun as root or set NABLAC_SKIP_APT=1" >&2
-      exit 1
+      if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo DEBIAN_FRONTEND=noninteractive)
+      else
+        log "error: missing apt packages (${missing[*]}) and not root; rerun as root or set NABLAC_SKIP_APT=1" >&2
+        exit 1
+      fi
     fi
     export DEBIAN_FRONTEND=noninteractive
     need_update=0
@@ -54,12 +59,12 @@ if [[ "${NABLAC_SKIP_APT:-0}" != 1 ]]; then
       cand=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2}')
       if [[ -z "$cand" || "$cand" == "(none)" ]]; then need_update=1; break; fi
     done
-    if ((need_update)); then log "apt-get update (no candidate for some package)"; apt-get update -qq; fi
+    if ((need_update)); then log "apt-get update (no candidate for some package)"; "${SUDO[@]}" apt-get update -qq; fi
     log "apt-get install ${missing[*]}"
-    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    if ! "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
       log "install failed from the local lists; apt-get update and retry"
-      apt-get update -qq
-      apt-get install -y -qq --no-install-recommends "${missing[@]}"
+      "${SUDO[@]}" apt-get update -qq
+      "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
     fi
   else
     log "apt packages: all present"
