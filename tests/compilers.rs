@@ -122,24 +122,49 @@ fn check_err<T: std::fmt::Debug>(r: Result<T, toolchain::ToolError>) -> Option<S
 /// emitted manifests ask. Does nothing without the variable.
 #[test]
 fn every_kernel_in_nablac_compile_dir() {
-    let Some(dir) = std::env::var_os("NABLAC_COMPILE_DIR") else { return };
+    let Some(dir) = std::env::var_os("NABLAC_COMPILE_DIR") else {
+        return;
+    };
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("NABLAC_COMPILE_DIR={dir:?}: {e}"))
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|x| x.to_str()), Some("cu" | "cl" | "comp")))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|x| x.to_str()),
+                Some("cu" | "cl" | "comp")
+            )
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .cu/.cl/.comp files in {dir:?}");
     let mut failures = Vec::new();
     for path in &files {
-        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let src =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let t0 = std::time::Instant::now();
         let outcome = match path.extension().and_then(|x| x.to_str()) {
-            Some("cu") => toolchain::ptxas_reports(&src, "90", &["--fmad=false"], &name).map(|rs| {
-                rs.iter().map(|(e, r)| format!("{e}: {} regs, {} B spill st, {} B spill ld, {} B stack", r.registers, r.spill_stores, r.spill_loads, r.stack)).collect::<Vec<_>>().join("; ")
-            }),
-            Some("cl") => toolchain::opencl_build(&src, "-cl-fp32-correctly-rounded-divide-sqrt", &name).map(|b| format!("kernels {:?}", b.kernels)),
+            Some("cu") => {
+                toolchain::ptxas_reports(&src, "90", &["--fmad=false"], &name).map(|rs| {
+                    rs.iter()
+                        .map(|(e, r)| {
+                            format!(
+                                "{e}: {} regs, {} B spill st, {} B spill ld, {} B stack",
+                                r.registers, r.spill_stores, r.spill_loads, r.stack
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+            }
+            Some("cl") => {
+                toolchain::opencl_build(&src, "-cl-fp32-correctly-rounded-divide-sqrt", &name)
+                    .map(|b| format!("kernels {:?}", b.kernels))
+            }
             _ => toolchain::glsl_to_spirv(&src, &name).map(|spv| format!("{} B SPIR-V", spv.len())),
         };
         match outcome {
@@ -155,7 +180,13 @@ fn every_kernel_in_nablac_compile_dir() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} kernels failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} kernels failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -166,17 +197,35 @@ use nablac::plan::{Checkpoint, SegmentOptions};
 
 /// Plans `tape` at `segments` segments (1 = plain) with `strategy`, as `nablac` does.
 fn planned(tape: &nablac::tape::Tape, segments: u32, strategy: Checkpoint) -> nablac::plan::Plan {
-    nablac::passes::plan(tape, &SegmentOptions { strategy, segments: Some(segments), ..Default::default() })
+    nablac::passes::plan(
+        tape,
+        &SegmentOptions {
+            strategy,
+            segments: Some(segments),
+            ..Default::default()
+        },
+    )
 }
 
 /// Compiles one emitted kernel with its target's compiler and the manifest's compile options;
 /// `Ok(summary)` or the compiler's message. CUDA goes on to ptxas (sm_90).
 fn compile(k: &Kernel, what: &str) -> Result<String, toolchain::ToolError> {
-    let opts: Vec<&str> = k.manifest.compile_options.iter().map(String::as_str).collect();
+    let opts: Vec<&str> = k
+        .manifest
+        .compile_options
+        .iter()
+        .map(String::as_str)
+        .collect();
     match k.manifest.target {
-        Target::Cuda => toolchain::ptxas_reports(&k.source, "90", &opts, what).map(|rs| format!("{rs:?}")),
+        Target::Cuda => {
+            toolchain::ptxas_reports(&k.source, "90", &opts, what).map(|rs| format!("{rs:?}"))
+        }
         Target::Opencl => toolchain::opencl_build(&k.source, &opts.join(" "), what).map(|b| {
-            assert_eq!(b.kernels, [k.manifest.entry_point.clone()], "{what}: entry point");
+            assert_eq!(
+                b.kernels,
+                [k.manifest.entry_point.clone()],
+                "{what}: entry point"
+            );
             format!("{:?}", b.kernels)
         }),
         _ => toolchain::glsl_to_spirv(&k.source, what).map(|spv| format!("{} B SPIR-V", spv.len())),
@@ -189,7 +238,11 @@ fn compile(k: &Kernel, what: &str) -> Result<String, toolchain::ToolError> {
 /// none of its adjoint lines read). Remove this once the emitter drops those lines.
 fn known_emit_issue(e: &toolchain::ToolError) -> bool {
     match e {
-        toolchain::ToolError::Warnings { tool: toolchain::Tool::Nvrtc, log, .. } => log
+        toolchain::ToolError::Warnings {
+            tool: toolchain::Tool::Nvrtc,
+            log,
+            ..
+        } => log
             .lines()
             .filter(|l| l.contains("warning") && !l.starts_with("Remark:"))
             .all(|l| l.contains("warning #177-D: variable")),
@@ -215,14 +268,30 @@ fn corpus_kernels_compile_on_every_target() {
                 }
                 for strategy in strategies {
                     let plan = planned(&case.tape, s, strategy);
-                    let modes: &[Mode] = if s == 1 { &[Mode::Price, Mode::Reverse] } else { &[Mode::Reverse] };
+                    let modes: &[Mode] = if s == 1 {
+                        &[Mode::Price, Mode::Reverse]
+                    } else {
+                        &[Mode::Reverse]
+                    };
                     for &mode in modes {
                         for precision in [Precision::F32, Precision::F64] {
-                            let what = format!("{}_s{s}_{strategy:?}_{}_{mode:?}_{}", case.name, target.name(), precision.name());
-                            let o = EmitOptions { target, mode, precision, ..EmitOptions::default() };
+                            let what = format!(
+                                "{}_s{s}_{strategy:?}_{}_{mode:?}_{}",
+                                case.name,
+                                target.name(),
+                                precision.name()
+                            );
+                            let o = EmitOptions {
+                                target,
+                                mode,
+                                precision,
+                                ..EmitOptions::default()
+                            };
                             let k = match emit(&case.tape, &plan, &o) {
                                 Ok(k) => k,
-                                Err(EmitError::Unsupported { .. }) if target == Target::Glsl && precision == Precision::F64 => {
+                                Err(EmitError::Unsupported { .. })
+                                    if target == Target::Glsl && precision == Precision::F64 =>
+                                {
                                     refused += 1;
                                     continue;
                                 }
@@ -231,7 +300,9 @@ fn corpus_kernels_compile_on_every_target() {
                             match compile(&k, &what) {
                                 Ok(_) => compiled += 1,
                                 Err(e) if known_emit_issue(&e) => {
-                                    eprintln!("KNOWN ISSUE {what}: NVRTC #177 unused recomputed local");
+                                    eprintln!(
+                                        "KNOWN ISSUE {what}: NVRTC #177 unused recomputed local"
+                                    );
                                     known += 1;
                                 }
                                 Err(e @ toolchain::ToolError::Missing { .. }) => {
@@ -249,7 +320,12 @@ fn corpus_kernels_compile_on_every_target() {
         "corpus: {compiled} kernels compiled clean, {refused} GLSL f64 refused by the emitter, {known} known issue, {} failed",
         failures.len()
     );
-    assert!(failures.is_empty(), "{} kernels failed:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} kernels failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
 
 /// ptxas's sm_90 report of the 252-step Asian call (crate::products defaults), f32 reverse, plain
@@ -257,23 +333,53 @@ fn corpus_kernels_compile_on_every_target() {
 /// OpenCL and GLSL kernels of both are compiled on the way. Slow on a small CPU (~1 min a kernel).
 fn asian_252_reports() -> Option<(PtxasReport, PtxasReport)> {
     use nablac::products::{record, Market, Options, Product};
-    let tape = record(Product::AsianCall, &Options::defaults(Product::AsianCall), &Market::default()).expect("records");
+    let tape = record(
+        Product::AsianCall,
+        &Options::defaults(Product::AsianCall),
+        &Market::default(),
+    )
+    .expect("records");
     let plain = planned(&tape, 1, Checkpoint::Registers);
     let ckpt = planned(&tape, 16, Checkpoint::Registers);
     for target in [Target::Opencl, Target::Glsl] {
         for (name, plan) in [("plain", &plain), ("ckpt16", &ckpt)] {
-            let k = emit(&tape, plan, &EmitOptions { target, ..EmitOptions::default() }).expect("emits");
+            let k = emit(
+                &tape,
+                plan,
+                &EmitOptions {
+                    target,
+                    ..EmitOptions::default()
+                },
+            )
+            .expect("emits");
             check(compile(&k, &format!("asian252_{name}_{}", target.name())));
         }
     }
     let report = |plan| {
-        let k = emit(&tape, plan, &EmitOptions { target: Target::Cuda, ..EmitOptions::default() }).expect("emits");
-        let mut opts: Vec<&str> = k.manifest.compile_options.iter().map(String::as_str).collect();
+        let k = emit(
+            &tape,
+            plan,
+            &EmitOptions {
+                target: Target::Cuda,
+                ..EmitOptions::default()
+            },
+        )
+        .expect("emits");
+        let mut opts: Vec<&str> = k
+            .manifest
+            .compile_options
+            .iter()
+            .map(String::as_str)
+            .collect();
         // The corpus test tracks the known #177 warning (see known_emit_issue); here only the
         // resource report matters, so that one warning is suppressed.
         opts.push("--diag-suppress=177");
-        check(toolchain::ptxas_reports(&k.source, "90", &opts, "asian252"))
-            .map(|rs| rs.into_iter().find(|(e, _)| *e == k.manifest.entry_point).expect("entry in PTX").1)
+        check(toolchain::ptxas_reports(&k.source, "90", &opts, "asian252")).map(|rs| {
+            rs.into_iter()
+                .find(|(e, _)| *e == k.manifest.entry_point)
+                .expect("entry in PTX")
+                .1
+        })
     };
     let p = report(&plain)?;
     let c = report(&ckpt)?;
@@ -285,10 +391,18 @@ fn asian_252_reports() -> Option<(PtxasReport, PtxasReport)> {
 /// time of writing), the checkpointed one uses fewer registers and spills at most a tenth of it.
 #[test]
 fn asian_252_checkpointing_cuts_spills_at_sm90() {
-    let Some((p, c)) = asian_252_reports() else { return };
-    assert!(p.spill_stores >= 1024 && p.spill_loads >= 1024, "the plain kernel was expected to spill: {p:?}");
+    let Some((p, c)) = asian_252_reports() else {
+        return;
+    };
+    assert!(
+        p.spill_stores >= 1024 && p.spill_loads >= 1024,
+        "the plain kernel was expected to spill: {p:?}"
+    );
     assert!(c.registers < p.registers, "plain {p:?}, checkpointed {c:?}");
-    assert!(c.spill_stores * 10 <= p.spill_stores && c.spill_loads * 10 <= p.spill_loads, "plain {p:?}, checkpointed {c:?}");
+    assert!(
+        c.spill_stores * 10 <= p.spill_stores && c.spill_loads * 10 <= p.spill_loads,
+        "plain {p:?}, checkpointed {c:?}"
+    );
 }
 
 /// The goal: the checkpointed kernel spills nothing at sm_90. Today it keeps ~100 B (104 B stores,
@@ -297,7 +411,16 @@ fn asian_252_checkpointing_cuts_spills_at_sm90() {
 #[test]
 #[ignore = "emitter: the dynamically indexed accumulator array still spills ~100 B (BENCHMARKS.md)"]
 fn asian_252_checkpointed_does_not_spill_at_sm90() {
-    let Some((p, c)) = asian_252_reports() else { return };
-    assert!(p.spill_stores > 0 && p.spill_loads > 0, "the plain kernel was expected to spill: {p:?}");
-    assert_eq!((c.spill_stores, c.spill_loads), (0, 0), "the checkpointed kernel spills: {c:?}");
+    let Some((p, c)) = asian_252_reports() else {
+        return;
+    };
+    assert!(
+        p.spill_stores > 0 && p.spill_loads > 0,
+        "the plain kernel was expected to spill: {p:?}"
+    );
+    assert_eq!(
+        (c.spill_stores, c.spill_loads),
+        (0, 0),
+        "the checkpointed kernel spills: {c:?}"
+    );
 }

@@ -626,7 +626,11 @@ pub fn parse_ptxas_report(log: &str, entry: &str) -> Option<PtxasReport> {
 /// Every entry point (`.entry NAME(`) of a PTX module, in order.
 pub fn ptx_entries(ptx: &str) -> Vec<String> {
     ptx.lines()
-        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry ").or_else(|| l.trim_start().strip_prefix(".entry ")))
+        .filter_map(|l| {
+            l.trim_start()
+                .strip_prefix(".visible .entry ")
+                .or_else(|| l.trim_start().strip_prefix(".entry "))
+        })
         .filter_map(|rest| rest.split('(').next())
         .map(|n| n.trim().to_string())
         .collect()
@@ -634,12 +638,21 @@ pub fn ptx_entries(ptx: &str) -> Vec<String> {
 
 /// CUDA source → NVRTC (`compute_<sm>`, plus `nvrtc_options` such as `--fmad=false`) →
 /// `ptxas -arch=sm_<sm> -v` → the report of every entry point, in PTX order.
-pub fn ptxas_reports(cuda_src: &str, sm: &str, nvrtc_options: &[&str], what: &str) -> Result<Vec<(String, PtxasReport)>, ToolError> {
+pub fn ptxas_reports(
+    cuda_src: &str,
+    sm: &str,
+    nvrtc_options: &[&str],
+    what: &str,
+) -> Result<Vec<(String, PtxasReport)>, ToolError> {
     let ptx = nvrtc_compile(cuda_src, &format!("compute_{sm}"), nvrtc_options, what)?;
     let log = ptxas(&ptx.ptx, &format!("sm_{sm}"), what)?;
     let entries = ptx_entries(&ptx.ptx);
     if entries.is_empty() {
-        return Err(ToolError::Failed { tool: Tool::Nvrtc, what: what.to_string(), log: "the PTX has no entry point".into() });
+        return Err(ToolError::Failed {
+            tool: Tool::Nvrtc,
+            what: what.to_string(),
+            log: "the PTX has no entry point".into(),
+        });
     }
     entries
         .into_iter()
