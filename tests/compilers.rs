@@ -223,7 +223,7 @@ fn compile(k: &Kernel, what: &str) -> Result<String, toolchain::ToolError> {
         Target::Opencl => toolchain::opencl_build(&k.source, &opts.join(" "), what).map(|b| {
             assert_eq!(
                 b.kernels,
-                [k.manifest.entry_point.clone()],
+                std::slice::from_ref(&k.manifest.entry_point),
                 "{what}: entry point"
             );
             format!("{:?}", b.kernels)
