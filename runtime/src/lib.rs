@@ -10,3 +10,6 @@ pub mod philox;
 pub mod report;
 
 pub use manifest::Manifest;
+pub mod gpu;
+pub mod vulkan;
+pub mod cuda;
