@@ -31,6 +31,12 @@ pub struct Kernel {
     _module: Arc<cudarc::driver::CudaModule>,
 }
 
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cuda::Kernel({})", self.manifest.entry_point)
+    }
+}
+
 impl Kernel {
     /// The manifest the kernel was loaded with.
     pub fn manifest(&self) -> &Manifest {
@@ -61,7 +67,7 @@ pub fn open() -> Result<Device, GpuError> {
 pub fn open_ordinal(ordinal: usize) -> Result<Device, GpuError> {
     libraries_present()?;
     let drv = |what: &str, e: String| GpuError::Driver { driver: DRIVER, device: format!("device {ordinal}"), what: what.into(), message: e };
-    let count = catch(|| CudaContext::device_count()).map_err(|e| drv("cuDeviceGetCount", e))?.map_err(|e| drv("cuDeviceGetCount", e.to_string()))?;
+    let count = catch(CudaContext::device_count).map_err(|e| drv("cuDeviceGetCount", e))?.map_err(|e| drv("cuDeviceGetCount", e.to_string()))?;
     if count <= ordinal as i32 {
         return Err(GpuError::Unavailable(format!("CUDA: no device {ordinal} ({count} devices)")));
     }

@@ -55,10 +55,10 @@ pub fn plan_dispatches(wg: u32, paths: u64, range: &Range<u64>, max_paths: u64) 
     if paths == 0 || range.start >= range.end || range.end > paths {
         return bad(format!("range {range:?} is empty or not inside the run's {paths} paths"));
     }
-    if range.start % 1024 != 0 {
+    if !range.start.is_multiple_of(1024) {
         return bad(format!("range start {} is not a multiple of 1024", range.start));
     }
-    if range.end != paths && range.end % wg as u64 != 0 {
+    if range.end != paths && !range.end.is_multiple_of(wg as u64) {
         return bad(format!("range end {} is neither the run's end ({paths}) nor a multiple of the workgroup size {wg}", range.end));
     }
     let chunk = (max_paths.min(MAX_PATHS_PER_DISPATCH) / 1024) * 1024;

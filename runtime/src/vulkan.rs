@@ -17,7 +17,6 @@ use crate::gpu::{self, cache, Dispatch, GpuError};
 use crate::manifest::{Manifest, Target};
 use crate::report::PartialSums;
 use ash::vk;
-use std::ffi::CStr;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -57,6 +56,12 @@ pub struct Kernel {
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "vulkan::Kernel({})", self.manifest.entry_point)
+    }
 }
 
 impl Kernel {
@@ -430,7 +435,7 @@ impl Drop for Device {
 /// GLSL → SPIR-V words through glslangValidator, cached on (source, device, glslang version).
 pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>, GpuError> {
     let tool = std::env::var("NABLAC_GLSLANG").unwrap_or_else(|_| "glslangValidator".into());
-    let key = cache::key("spirv-vulkan1.1", "any", &[tool.clone()], source);
+    let key = cache::key("spirv-vulkan1.1", "any", std::slice::from_ref(&tool), source);
     let _ = device; // SPIR-V does not depend on the device; the driver compiles it at pipeline creation.
     let bytes = match cache::get(&key, "spv") {
         Some(b) => b,
@@ -468,9 +473,4 @@ fn run_glslang(tool: &str, source: &str, entry: &str, device: &str) -> Result<Ve
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
-}
-
-#[allow(dead_code)]
-fn cstr(c: &CStr) -> String {
-    c.to_string_lossy().into_owned()
 }

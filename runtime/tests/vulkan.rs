@@ -92,12 +92,12 @@ fn partials_rebuild_the_tree_sum() {
 fn bad_requests_are_clear_errors() {
     let Some(dev) = device() else { return };
     let k = dev.load(SRC, &manifest()).expect("loads");
-    let e = dev.run_range(&k, &[0.5], 7, 5000, 100..5000).err().expect("misaligned start");
+    let e = dev.run_range(&k, &[0.5], 7, 5000, 100..5000).expect_err("misaligned start");
     assert!(matches!(e, GpuError::Launch(_)) && e.to_string().contains("multiple of 1024"), "{e}");
-    let e = dev.run_range(&k, &[0.5, 1.0], 7, 5000, 0..5000).err().expect("two inputs");
+    let e = dev.run_range(&k, &[0.5, 1.0], 7, 5000, 0..5000).expect_err("two inputs");
     assert!(e.to_string().contains("2 input values"), "{e}");
     dev.destroy_kernel(&k);
-    let e = dev.load("#version 450\nvoid main() { undefined_thing(); }\n", &manifest()).err().expect("bad GLSL");
+    let e = dev.load("#version 450\nvoid main() { undefined_thing(); }\n", &manifest()).expect_err("bad GLSL");
     assert!(matches!(e, GpuError::Compile { .. }) && e.to_string().contains("ERROR"), "{e}");
     let mut cuda = manifest();
     cuda.target = Target::Cuda;
