@@ -7,11 +7,13 @@
 //! SPIR-V (cached, see `gpu::cache`) and builds the pipeline; [`Device::run_range`] returns one
 //! `PartialSums` per manifest sum whose merge gives the single-run bits.
 //!
-//! GLSL → SPIR-V: glslang (`glslangValidator -V --target-env vulkan1.1 -S comp`), not naga. The
-//! kernels need f64 in shared memory and buffers, `umulExtended` and `double(float)` conversions;
-//! naga's GLSL front end was not adopted because of its incomplete f64 support (and its build cost);
-//! glslang is the reference compiler and Debian ships it (glslang-tools). `NABLAC_GLSLANG` overrides
-//! the binary's path.
+//! GLSL → SPIR-V: glslang (`glslangValidator -V --target-env vulkan1.1 -S comp`), not naga.
+//! Tried in process first: naga 30.0.2's GLSL front end (features glsl-in, spv-out) rejects the
+//! emitted kernels: "Unknown function 'umulExtended'" (Philox's mulhi), "Unknown function
+//! 'unpackDouble2x32'" (the f64 kernels' opaque reads) and, with those stubbed out,
+//! "NotSupported64BitLiteral" for the `0.0lf` f64 literals of the shared-memory sums. glslang is
+//! the Khronos reference compiler and Debian ships it (glslang-tools). `NABLAC_GLSLANG` overrides
+//! the binary's path; the SPIR-V is cached, so a second run does not start glslang.
 
 use crate::gpu::{self, cache, Dispatch, GpuError};
 use crate::manifest::{Manifest, Target};
