@@ -51,13 +51,23 @@ pub fn load(dir: &Path) -> Result<Vec<Case>, String> {
         crate::verify::verify(&tape).map_err(|e| format!("{}: {e}", path.display()))?;
         let sidecar = path.with_extension("toml");
         let options = if sidecar.exists() {
-            let text = std::fs::read_to_string(&sidecar).map_err(|e| format!("{}: {e}", sidecar.display()))?;
+            let text = std::fs::read_to_string(&sidecar)
+                .map_err(|e| format!("{}: {e}", sidecar.display()))?;
             basic_toml::from_str(&text).map_err(|e| format!("{}: {e}", sidecar.display()))?
         } else {
             CaseOptions::default()
         };
-        let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        cases.push(Case { name, path, tape, options });
+        let name = path
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        cases.push(Case {
+            name,
+            path,
+            tape,
+            options,
+        });
     }
     Ok(cases)
 }
@@ -68,7 +78,10 @@ mod tests {
     fn the_corpus_loads() {
         let cases = super::load(&super::dir()).unwrap();
         let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["asian8", "barrier", "basket3", "european", "random"]);
+        assert_eq!(
+            names,
+            ["asian8", "barrier", "basket3", "european", "random"]
+        );
         let asian = &cases[0];
         assert_eq!(asian.options.segments, [1, 2]);
         assert_eq!(asian.tape.len(), 15 + 6 * 8 + 9);

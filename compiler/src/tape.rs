@@ -317,7 +317,9 @@ pub fn is_valid_name(name: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_alphabetic() || b[0] == b'_')
-        && b[1..].iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
 #[cfg(test)]

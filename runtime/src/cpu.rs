@@ -66,7 +66,10 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
         Mode::Reverse => 2 + n_inputs,
     };
     let row = manifest.sums.len();
-    if manifest.input_defaults.len() != n_inputs || row != per_output * manifest.outputs.len() || row == 0 {
+    if manifest.input_defaults.len() != n_inputs
+        || row != per_output * manifest.outputs.len()
+        || row == 0
+    {
         return Err(RuntimeError::Manifest(format!(
             "{} sums for {} outputs and {} inputs ({} defaults) in {:?} mode",
             row,
@@ -83,11 +86,15 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
 pub fn load(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
     let funcs = cranelift_reader::parse_functions(source)
         .map_err(|e| RuntimeError::Kernel(format!("CLIF does not parse: {e}")))?;
-    let [func] = <[Function; 1]>::try_from(funcs)
-        .map_err(|f| RuntimeError::Kernel(format!("CLIF holds {} functions, expected one", f.len())))?;
+    let [func] = <[Function; 1]>::try_from(funcs).map_err(|f| {
+        RuntimeError::Kernel(format!("CLIF holds {} functions, expected one", f.len()))
+    })?;
     let want = format!("%{}", manifest.entry_point);
     if func.name.to_string() != want {
-        return Err(RuntimeError::Kernel(format!("CLIF function is {}, the manifest's entry point is {want}", func.name)));
+        return Err(RuntimeError::Kernel(format!(
+            "CLIF function is {}, the manifest's entry point is {want}",
+            func.name
+        )));
     }
     compile(func, manifest)
 }
@@ -107,12 +114,30 @@ mod libm {
 /// `f64::ln`, `f64::cos` and their f32 twins call, so JIT draws equal `crate::philox` bit for bit).
 pub fn libm_symbols() -> [(&'static str, *const u8); 6] {
     [
-        ("exp", libm::exp as unsafe extern "C" fn(f64) -> f64 as *const u8),
-        ("log", libm::log as unsafe extern "C" fn(f64) -> f64 as *const u8),
-        ("cos", libm::cos as unsafe extern "C" fn(f64) -> f64 as *const u8),
-        ("expf", libm::expf as unsafe extern "C" fn(f32) -> f32 as *const u8),
-        ("logf", libm::logf as unsafe extern "C" fn(f32) -> f32 as *const u8),
-        ("cosf", libm::cosf as unsafe extern "C" fn(f32) -> f32 as *const u8),
+        (
+            "exp",
+            libm::exp as unsafe extern "C" fn(f64) -> f64 as *const u8,
+        ),
+        (
+            "log",
+            libm::log as unsafe extern "C" fn(f64) -> f64 as *const u8,
+        ),
+        (
+            "cos",
+            libm::cos as unsafe extern "C" fn(f64) -> f64 as *const u8,
+        ),
+        (
+            "expf",
+            libm::expf as unsafe extern "C" fn(f32) -> f32 as *const u8,
+        ),
+        (
+            "logf",
+            libm::logf as unsafe extern "C" fn(f32) -> f32 as *const u8,
+        ),
+        (
+            "cosf",
+            libm::cosf as unsafe extern "C" fn(f32) -> f32 as *const u8,
+        ),
     ]
 }
 
@@ -159,7 +184,10 @@ fn bad(what: impl Into<String>) -> RuntimeError {
 /// broken rule; never panics on a malformed function.
 pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
     if manifest.target != Target::Cpu {
-        return Err(RuntimeError::Manifest(format!("target is {}, the CPU backend loads cpu", manifest.target.name())));
+        return Err(RuntimeError::Manifest(format!(
+            "target is {}, the CPU backend loads cpu",
+            manifest.target.name()
+        )));
     }
     let n_inputs = manifest.inputs.len();
     let row = row_len(manifest)?;
@@ -169,10 +197,15 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
     };
     let abi = entry_signature();
     if func.signature != abi {
-        return Err(bad(format!("entry signature is {}, expected {abi}", func.signature)));
+        return Err(bad(format!(
+            "entry signature is {}, expected {abi}",
+            func.signature
+        )));
     }
     if !func.global_values.is_empty() {
-        return Err(bad("the kernel references global values; CPU kernels may not"));
+        return Err(bad(
+            "the kernel references global values; CPU kernels may not",
+        ));
     }
     let allowed = libm_names(manifest.precision);
     let mut unary = Signature::new(TEXT_CALL_CONV);
@@ -181,7 +214,8 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
 
     let mut flags = settings::builder();
     let set = |f: &mut settings::Builder, k: &str, v: &str| {
-        f.set(k, v).map_err(|e| RuntimeError::Host(format!("cranelift flag {k}={v}: {e}")))
+        f.set(k, v)
+            .map_err(|e| RuntimeError::Host(format!("cranelift flag {k}={v}: {e}")))
     };
     set(&mut flags, "opt_level", "speed")?;
     set(&mut flags, "use_colocated_libcalls", "false")?;
@@ -203,20 +237,31 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
         let data = func.dfg.ext_funcs[fref].clone();
         let name = match &data.name {
             ExternalName::TestCase(t) => String::from_utf8_lossy(t.raw()).into_owned(),
-            other => return Err(bad(format!("import {} is not a libm name", other.display(None)))),
+            other => {
+                return Err(bad(format!(
+                    "import {} is not a libm name",
+                    other.display(None)
+                )))
+            }
         };
         if !allowed.contains(&name.as_str()) {
             return Err(bad(format!("import %{name} is not one of {allowed:?}")));
         }
         if func.dfg.signatures[data.signature] != unary {
-            return Err(bad(format!("import %{name} has signature {}", func.dfg.signatures[data.signature])));
+            return Err(bad(format!(
+                "import %{name} has signature {}",
+                func.dfg.signatures[data.signature]
+            )));
         }
         let mut sig = unary.clone();
         sig.call_conv = cc;
         let id = module
             .declare_function(&name, Linkage::Import, &sig)
             .map_err(|e| RuntimeError::Host(format!("declaring {name}: {e}")))?;
-        let user = func.declare_imported_user_function(UserExternalName { namespace: 0, index: id.as_u32() });
+        let user = func.declare_imported_user_function(UserExternalName {
+            namespace: 0,
+            index: id.as_u32(),
+        });
         func.dfg.ext_funcs[fref].name = ExternalName::user(user);
         func.dfg.ext_funcs[fref].colocated = false;
     }
@@ -232,18 +277,28 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
     ctx.func = func;
     if let Err(e) = module.define_function(id, &mut ctx) {
         let detail = match &e {
-            cranelift_module::ModuleError::Compilation(cranelift_codegen::CodegenError::Verifier(v)) => {
+            cranelift_module::ModuleError::Compilation(
+                cranelift_codegen::CodegenError::Verifier(v),
+            ) => {
                 format!("{v}")
             }
             other => format!("{other}"),
         };
         return Err(bad(format!("compiling {entry_name}: {detail}")));
     }
-    module.finalize_definitions().map_err(|e| RuntimeError::Host(format!("finalizing {entry_name}: {e}")))?;
+    module
+        .finalize_definitions()
+        .map_err(|e| RuntimeError::Host(format!("finalizing {entry_name}: {e}")))?;
     let ptr = module.get_finalized_function(id);
     // SAFETY: the function was checked to have the ABI's signature in the host call convention.
     let entry = unsafe { std::mem::transmute::<*const u8, Entry>(ptr) };
-    Ok(Compiled { module: Some(module), entry, precision: manifest.precision, n_inputs, row })
+    Ok(Compiled {
+        module: Some(module),
+        entry,
+        precision: manifest.precision,
+        n_inputs,
+        row,
+    })
 }
 
 impl Compiled {
@@ -254,12 +309,26 @@ impl Compiled {
 
     /// Runs paths `first_path .. first_path + out.len() / row_len()` at `inputs` (converted to the
     /// kernel precision) and writes one row of per-path leaves each into `out`.
-    pub fn run(&self, inputs: &[f64], seed: u64, first_path: u64, out: &mut [f64]) -> Result<(), RuntimeError> {
+    pub fn run(
+        &self,
+        inputs: &[f64],
+        seed: u64,
+        first_path: u64,
+        out: &mut [f64],
+    ) -> Result<(), RuntimeError> {
         if inputs.len() != self.n_inputs {
-            return Err(RuntimeError::Run(format!("{} input values given, the kernel has {}", inputs.len(), self.n_inputs)));
+            return Err(RuntimeError::Run(format!(
+                "{} input values given, the kernel has {}",
+                inputs.len(),
+                self.n_inputs
+            )));
         }
         if out.len() % self.row != 0 {
-            return Err(RuntimeError::Run(format!("output length {} is not a multiple of the row {}", out.len(), self.row)));
+            return Err(RuntimeError::Run(format!(
+                "output length {} is not a multiple of the row {}",
+                out.len(),
+                self.row
+            )));
         }
         let count = (out.len() / self.row) as u64;
         if count == 0 {
@@ -268,7 +337,11 @@ impl Compiled {
         let one = [0.0f64; 1];
         match self.precision {
             Precision::F64 => {
-                let ptr = if inputs.is_empty() { one.as_ptr() as *const u8 } else { inputs.as_ptr() as *const u8 };
+                let ptr = if inputs.is_empty() {
+                    one.as_ptr() as *const u8
+                } else {
+                    inputs.as_ptr() as *const u8
+                };
                 // SAFETY: `inputs` holds n_inputs f64 and `out` holds count rows of `row` f64.
                 unsafe { (self.entry)(ptr, seed, first_path, count, out.as_mut_ptr()) };
             }
@@ -276,7 +349,15 @@ impl Compiled {
                 let mut v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
                 v.push(0.0);
                 // SAFETY: as above, with the inputs converted to f32.
-                unsafe { (self.entry)(v.as_ptr() as *const u8, seed, first_path, count, out.as_mut_ptr()) };
+                unsafe {
+                    (self.entry)(
+                        v.as_ptr() as *const u8,
+                        seed,
+                        first_path,
+                        count,
+                        out.as_mut_ptr(),
+                    )
+                };
             }
         }
         Ok(())

@@ -17,7 +17,7 @@
 //! count). Each range's per-path leaves are summed into [`report::PartialSums`] (the maximal
 //! aligned blocks of the fixed summation tree), and the ranges' sums are merged; any cut and any
 //! merge order give the single run's bits. So a report depends only on (kernel, market, paths,
-//! seed): never on the thread count, the chunk size or the device.
+//! seed) on one backend: never on the thread count, the chunk size or how ranges are dispatched.
 //!
 //! # Backends
 //!
@@ -60,8 +60,13 @@ pub enum RuntimeError {
     Market { market: usize, problem: String },
     #[error("sums: {0}")]
     Report(#[from] ReportError),
+    #[error("{0}")]
+    Gpu(#[from] gpu::GpuError),
     #[error("the kernel was loaded by the {kernel} backend, not by {backend}")]
-    WrongBackend { kernel: &'static str, backend: &'static str },
+    WrongBackend {
+        kernel: &'static str,
+        backend: &'static str,
+    },
 }
 
 /// How far a run has got: reported after every chunk (from worker threads).
@@ -97,10 +102,19 @@ impl std::fmt::Debug for RunOptions<'_> {
 }
 
 /// A driver that runs kernels of one target.
-#[derive(Debug)]
 pub enum Backend {
     /// Cranelift JIT on this machine's cores.
     Cpu,
+    /// A Vulkan device (GLSL kernels compiled by glslangValidator).
+    Vulkan(Box<vulkan::Device>),
+    /// A CUDA device (kernels compiled by NVRTC).
+    Cuda(Box<cuda::Device>),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({})", self.describe())
+    }
 }
 
 /// A kernel loaded by a backend, with its manifest.
@@ -113,6 +127,8 @@ pub struct LoadedKernel {
 #[derive(Debug)]
 enum Code {
     Cpu(cpu::Compiled),
+    Vulkan(vulkan::Kernel),
+    Cuda(cuda::Kernel),
 }
 
 impl LoadedKernel {
@@ -132,7 +148,21 @@ impl Backend {
     pub fn open(target: Target) -> Result<Backend, RuntimeError> {
         match target {
             Target::Cpu => Ok(Backend::Cpu),
+            Target::Glsl => Ok(Backend::Vulkan(Box::new(vulkan::open()?))),
+            Target::Cuda => Ok(Backend::Cuda(Box::new(cuda::open()?))),
             other => Err(RuntimeError::Unsupported(other.name())),
+        }
+    }
+
+    /// The device in words (for logs and reports).
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Cpu => format!(
+                "CPU (Cranelift JIT, {} threads available)",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+            Backend::Vulkan(d) => d.describe(),
+            Backend::Cuda(d) => d.describe(),
         }
     }
 
@@ -140,6 +170,8 @@ impl Backend {
     pub fn target(&self) -> Target {
         match self {
             Backend::Cpu => Target::Cpu,
+            Backend::Vulkan(_) => Target::Glsl,
+            Backend::Cuda(_) => Target::Cuda,
         }
     }
 
@@ -147,6 +179,7 @@ impl Backend {
     pub fn max_range(&self) -> u64 {
         match self {
             Backend::Cpu => u64::MAX,
+            Backend::Vulkan(_) | Backend::Cuda(_) => gpu::MAX_PATHS_PER_DISPATCH,
         }
     }
 
@@ -169,8 +202,13 @@ impl Backend {
         }
         let code = match self {
             Backend::Cpu => Code::Cpu(cpu::load(source, manifest)?),
+            Backend::Vulkan(d) => Code::Vulkan(d.load(source, manifest)?),
+            Backend::Cuda(d) => Code::Cuda(d.load(source, manifest)?),
         };
-        Ok(LoadedKernel { manifest: manifest.clone(), code })
+        Ok(LoadedKernel {
+            manifest: manifest.clone(),
+            code,
+        })
     }
 
     /// Runs `paths` paths of `kernel` under `seed` at each market (one input vector each, in
@@ -189,7 +227,9 @@ impl Backend {
         }
         if let Some(c) = opts.chunk_paths {
             if c == 0 || c % PATH_ALIGN != 0 {
-                return Err(RuntimeError::Run(format!("chunk of {c} paths is not a positive multiple of {PATH_ALIGN}")));
+                return Err(RuntimeError::Run(format!(
+                    "chunk of {c} paths is not a positive multiple of {PATH_ALIGN}"
+                )));
             }
         }
         if opts.threads == Some(0) {
@@ -210,11 +250,21 @@ impl Backend {
         let max = self.max_range().max(PATH_ALIGN) / PATH_ALIGN * PATH_ALIGN;
         let mut reports = Vec::with_capacity(markets.len());
         for (mi, market) in markets.iter().enumerate() {
-            let mut sums: Vec<PartialSums> = (0..row).map(|_| PartialSums::empty(paths)).collect::<Result<_, _>>()?;
+            let mut sums: Vec<PartialSums> = (0..row)
+                .map(|_| PartialSums::empty(paths))
+                .collect::<Result<_, _>>()?;
             let mut start = 0u64;
             while start < paths {
                 let end = start.saturating_add(max).min(paths);
-                let part = self.range_sums(kernel, market, seed, paths, start..end, opts, (mi, markets.len()))?;
+                let part = self.range_sums(
+                    kernel,
+                    market,
+                    seed,
+                    paths,
+                    start..end,
+                    opts,
+                    (mi, markets.len()),
+                )?;
                 for (s, p) in sums.iter_mut().zip(&part) {
                     s.merge(p)?;
                 }
@@ -228,7 +278,11 @@ impl Backend {
                     greeks: c[2..].to_vec(),
                 })
                 .collect::<Vec<_>>();
-            let inputs: Vec<String> = if m.mode == Mode::Reverse { m.inputs.clone() } else { Vec::new() };
+            let inputs: Vec<String> = if m.mode == Mode::Reverse {
+                m.inputs.clone()
+            } else {
+                Vec::new()
+            };
             reports.push(Report::from_sums(&m.outputs, &inputs, &outputs)?);
         }
         Ok(reports)
@@ -247,8 +301,54 @@ impl Backend {
         market_of: (usize, usize),
     ) -> Result<Vec<PartialSums>, RuntimeError> {
         match (self, &kernel.code) {
-            (Backend::Cpu, Code::Cpu(c)) => cpu_range_sums(c, market, seed, paths, range, opts, market_of),
+            (Backend::Cpu, Code::Cpu(c)) => {
+                cpu_range_sums(c, market, seed, paths, range, opts, market_of)
+            }
+            (Backend::Vulkan(d), Code::Vulkan(k)) => {
+                let sums = d.run_range(k, market, seed, paths, range.clone())?;
+                gpu_progress(opts, market_of, range.end, paths);
+                Ok(sums)
+            }
+            (Backend::Cuda(d), Code::Cuda(k)) => {
+                let sums = d.run_range(k, market, seed, paths, range.clone())?;
+                gpu_progress(opts, market_of, range.end, paths);
+                Ok(sums)
+            }
+            (b, k) => Err(RuntimeError::WrongBackend {
+                kernel: k.backend_name(),
+                backend: b.name(),
+            }),
         }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Vulkan(_) => "vulkan",
+            Backend::Cuda(_) => "cuda",
+        }
+    }
+}
+
+impl Code {
+    fn backend_name(&self) -> &'static str {
+        match self {
+            Code::Cpu(_) => "cpu",
+            Code::Vulkan(_) => "vulkan",
+            Code::Cuda(_) => "cuda",
+        }
+    }
+}
+
+/// Reports a GPU range as done (GPU ranges finish whole; the CPU reports per chunk).
+fn gpu_progress(opts: &RunOptions, (market, markets): (usize, usize), done: u64, paths: u64) {
+    if let Some(progress) = opts.progress {
+        progress(Progress {
+            market,
+            markets,
+            done,
+            paths,
+        });
     }
 }
 
@@ -274,7 +374,9 @@ fn cpu_range_sums(
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let chunk = opts.chunk_paths.unwrap_or_else(|| default_chunk(len, threads));
+    let chunk = opts
+        .chunk_paths
+        .unwrap_or_else(|| default_chunk(len, threads));
     // Chunk boundaries: multiples of `chunk` from the range start (itself aligned), and the end.
     let n_chunks = len.div_ceil(chunk);
     let next = AtomicU64::new(0);
@@ -310,10 +412,18 @@ fn cpu_range_sums(
             if r.is_err() {
                 failed.store(true, Ordering::Relaxed);
             }
-            results.lock().unwrap_or_else(|e| e.into_inner()).push((c, r));
+            results
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((c, r));
             let d = done.fetch_add(b - a, Ordering::Relaxed) + (b - a);
             if let Some(progress) = opts.progress {
-                progress(Progress { market: market_index, markets, done: range.start + d, paths });
+                progress(Progress {
+                    market: market_index,
+                    markets,
+                    done: range.start + d,
+                    paths,
+                });
             }
         }
     };
@@ -329,7 +439,9 @@ fn cpu_range_sums(
     }
     let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     results.sort_by_key(|(c, _)| *c);
-    let mut sums: Vec<PartialSums> = (0..row).map(|_| PartialSums::empty(paths)).collect::<Result<_, _>>()?;
+    let mut sums: Vec<PartialSums> = (0..row)
+        .map(|_| PartialSums::empty(paths))
+        .collect::<Result<_, _>>()?;
     for (_, r) in results {
         for (s, p) in sums.iter_mut().zip(r?) {
             s.merge(&p)?;
@@ -337,3 +449,7 @@ fn cpu_range_sums(
     }
     Ok(sums)
 }
+
+pub mod cuda;
+pub mod gpu;
+pub mod vulkan;

@@ -73,7 +73,8 @@ struct Out {
 
 impl Out {
     fn line(&mut self, text: impl AsRef<str>) {
-        self.lines.push(format!("{}{}", "    ".repeat(self.indent), text.as_ref()));
+        self.lines
+            .push(format!("{}{}", "    ".repeat(self.indent), text.as_ref()));
     }
     fn open(&mut self, text: impl AsRef<str>) {
         self.line(text);
@@ -225,7 +226,8 @@ impl<'a> Body<'a> {
                             let cmp = if op == BinaryOp::Max { ">=" } else { "<=" };
                             let cond = format!("{va} {cmp} {vb}");
                             match (act(a), act(b)) {
-                                (true, true) => lines.push(format!("if ({cond}) {da} += {d}; else {db} += {d};")),
+                                (true, true) => lines
+                                    .push(format!("if ({cond}) {da} += {d}; else {db} += {d};")),
                                 (true, false) => lines.push(format!("if ({cond}) {da} += {d};")),
                                 (false, true) => lines.push(format!("if (!({cond})) {db} += {d};")),
                                 (false, false) => {}
@@ -259,7 +261,9 @@ impl<'a> Body<'a> {
     /// `real dN = 0;` for every lane of `v`.
     fn declare_adjoint(&self, out: &mut Out, v: NodeId) {
         let zero = self.lit(0.0);
-        let decls: Vec<String> = (0..self.lanes()).map(|o| format!("{} {} = {zero};", self.real(), self.dname(v, o))).collect();
+        let decls: Vec<String> = (0..self.lanes())
+            .map(|o| format!("{} {} = {zero};", self.real(), self.dname(v, o)))
+            .collect();
         out.line(decls.join(" "));
     }
 
@@ -267,7 +271,11 @@ impl<'a> Body<'a> {
     fn seed(&self, out: &mut Out) {
         for (o, output) in self.tape.outputs.iter().enumerate() {
             if self.active(output.node) {
-                out.line(format!("{} = {};", self.dname(output.node, o), self.lit(1.0)));
+                out.line(format!(
+                    "{} = {};",
+                    self.dname(output.node, o),
+                    self.lit(1.0)
+                ));
             }
         }
     }
@@ -277,7 +285,10 @@ impl<'a> Body<'a> {
         let s = self.scratch.as_ref().expect("scratch layout");
         let i64t = self.index64;
         match s.layout {
-            ScratchLayout::Soa => format!("scratch[({i64t}){slot}u * {} + gid]", self.param("invocations")),
+            ScratchLayout::Soa => format!(
+                "scratch[({i64t}){slot}u * {} + gid]",
+                self.param("invocations")
+            ),
             ScratchLayout::Aos => format!("scratch[({i64t})gid * {}u + {slot}u]", s.slots),
         }
     }
@@ -289,7 +300,11 @@ impl<'a> Body<'a> {
     /// The leaves (`accS` for sum S, in the manifest's sum order) from the output values and adjoints.
     fn epilogue(&self, out: &mut Out, name: &dyn Fn(NodeId) -> String) {
         let n_in = self.tape.inputs.len();
-        let per = if self.mode == Mode::Reverse { 2 + n_in } else { 2 };
+        let per = if self.mode == Mode::Reverse {
+            2 + n_in
+        } else {
+            2
+        };
         let mut input_node: Vec<Option<NodeId>> = vec![None; n_in];
         for v in self.tape.ids() {
             if let Node::Input(i) = *self.tape.node(v) {
@@ -314,7 +329,10 @@ impl<'a> Body<'a> {
 
     /// Renders the body (run only by threads whose path is below `paths`) at indentation `indent`.
     pub fn render(&self, indent: usize) -> String {
-        let mut out = Out { lines: Vec::new(), indent };
+        let mut out = Out {
+            lines: Vec::new(),
+            indent,
+        };
         let plain = |v: NodeId| format!("v{}", v.0);
         let keys = ("key0", "key1");
         if !self.checkpointed() {
@@ -341,17 +359,29 @@ impl<'a> Body<'a> {
         }
 
         let sp = &self.plan.segments;
-        let top: Vec<NodeId> =
-            sp.persistent.iter().copied().filter(|&v| self.live(v) && !self.is_const(v)).collect();
+        let top: Vec<NodeId> = sp
+            .persistent
+            .iter()
+            .copied()
+            .filter(|&v| self.live(v) && !self.is_const(v))
+            .collect();
         out.line(format!("// {} persistent values", top.len()));
         for chunk in top.chunks(8) {
-            let decls: Vec<String> = chunk.iter().map(|v| format!("{} v{};", self.real(), v.0)).collect();
+            let decls: Vec<String> = chunk
+                .iter()
+                .map(|v| format!("{} v{};", self.real(), v.0))
+                .collect();
             out.line(decls.join(" "));
         }
         let count = sp.segments.len();
-        out.line(format!("// forward sweep: {count} segments; a block's locals die at its closing brace"));
+        out.line(format!(
+            "// forward sweep: {count} segments; a block's locals die at its closing brace"
+        ));
         for (s, seg) in sp.segments.iter().enumerate() {
-            out.open(format!("{{ // segment {s}: %{}..%{}", seg.range.start, seg.range.end));
+            out.open(format!(
+                "{{ // segment {s}: %{}..%{}",
+                seg.range.start, seg.range.end
+            ));
             for v in seg.range.clone().map(NodeId) {
                 if !self.live(v) || self.is_const(v) {
                     continue;
@@ -368,7 +398,9 @@ impl<'a> Body<'a> {
             }
             out.close();
         }
-        out.line("// reverse sweep: last segment first; adjoints of persistent values live at top level");
+        out.line(
+            "// reverse sweep: last segment first; adjoints of persistent values live at top level",
+        );
         for &v in top.iter().filter(|&&v| self.active(v)) {
             self.declare_adjoint(&mut out, v);
         }
@@ -376,11 +408,18 @@ impl<'a> Body<'a> {
         let zero = self.param("zero");
         for s in (0..count).rev() {
             let seg = &sp.segments[s];
-            let opaque: BTreeSet<NodeId> = self.plan.opacity.opaque_reads[s].iter().copied().collect();
-            out.open(format!("{{ // segment {s} reverse: %{}..%{}", seg.range.start, seg.range.end));
+            let opaque: BTreeSet<NodeId> =
+                self.plan.opacity.opaque_reads[s].iter().copied().collect();
+            out.open(format!(
+                "{{ // segment {s} reverse: %{}..%{}",
+                seg.range.start, seg.range.end
+            ));
             let rekey = self.plan.opacity.rekey[s];
             if rekey {
-                out.line(format!("{u} rk0 = key0 ^ {zero}; {u} rk1 = key1 ^ {zero};", u = self.d.uint));
+                out.line(format!(
+                    "{u} rk0 = key0 ^ {zero}; {u} rk1 = key1 ^ {zero};",
+                    u = self.d.uint
+                ));
             }
             let block_keys = if rekey { ("rk0", "rk1") } else { keys };
             for &r in &opaque {

@@ -126,7 +126,9 @@ impl Dialect {
     pub fn opaque_body(&self, p: Precision) -> &'static str {
         match (self.target, p) {
             (Target::Cuda, Precision::F32) => "__int_as_float(__float_as_int(x) ^ (int)z)",
-            (Target::Cuda, Precision::F64) => "__longlong_as_double(__double_as_longlong(x) ^ (long long)z)",
+            (Target::Cuda, Precision::F64) => {
+                "__longlong_as_double(__double_as_longlong(x) ^ (long long)z)"
+            }
             (Target::Opencl, Precision::F32) => "as_float(as_uint(x) ^ z)",
             (Target::Opencl, Precision::F64) => "as_double(as_ulong(x) ^ (ulong)z)",
             (_, Precision::F32) => "uintBitsToFloat(floatBitsToUint(x) ^ z)",
@@ -205,18 +207,40 @@ mod tests {
 
     #[test]
     fn literals_round_trip() {
-        let xs = [0.5, 100.0, 1e-7, -2.5, 1.0 / 3.0, 0.1, 6.02214076e23, -0.0, 5e-324, f64::MAX, 252.0];
+        let xs = [
+            0.5,
+            100.0,
+            1e-7,
+            -2.5,
+            1.0 / 3.0,
+            0.1,
+            6.02214076e23,
+            -0.0,
+            5e-324,
+            f64::MAX,
+            252.0,
+        ];
         for &x in &xs {
             let s = literal(x, Precision::F64, "", "lf");
-            let t = s.trim_start_matches('(').trim_end_matches(')').trim_end_matches("lf");
+            let t = s
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .trim_end_matches("lf");
             assert_eq!(t.parse::<f64>().unwrap().to_bits(), x.to_bits(), "{s}");
             assert!(t.contains('.') || t.contains('e'), "{s}");
             if !(x as f32).is_finite() {
                 continue; // emit refuses such a constant in f32 (EmitError::ConstOverflow)
             }
             let s = literal(x, Precision::F32, "f", "");
-            let t = s.trim_start_matches('(').trim_end_matches(')').trim_end_matches('f');
-            assert_eq!(t.parse::<f32>().unwrap().to_bits(), (x as f32).to_bits(), "{s}");
+            let t = s
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .trim_end_matches('f');
+            assert_eq!(
+                t.parse::<f32>().unwrap().to_bits(),
+                (x as f32).to_bits(),
+                "{s}"
+            );
         }
         assert_eq!(literal(0.1, Precision::F32, "f", ""), "0.1f");
         assert_eq!(literal(0.1, Precision::F64, "", "lf"), "0.1lf");

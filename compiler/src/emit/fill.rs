@@ -1,7 +1,7 @@
 //! Filling the manifest (`nablac_runtime::manifest`, the runtime's contract) for an emitted kernel.
 
-use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};
 use super::body::Body;
+use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};
 use super::EmitOptions;
 use crate::tape::Tape;
 
@@ -13,14 +13,26 @@ pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
 }
 
 fn param(name: &str, ty: String, binding: u32, role: &str, doc: String) -> Param {
-    Param { name: name.into(), ty, binding, role: role.into(), doc }
+    Param {
+        name: name.into(),
+        ty,
+        binding,
+        role: role.into(),
+        doc,
+    }
 }
 
 /// The kernel's parameters in binding order (the module doc of `emit` is the ABI).
 fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param> {
     let real = opts.precision.name();
     let glsl = opts.target == Target::Glsl;
-    let mem = |t: &str| if glsl { format!("buffer<{t}>") } else { format!("ptr<{t}>") };
+    let mem = |t: &str| {
+        if glsl {
+            format!("buffer<{t}>")
+        } else {
+            format!("ptr<{t}>")
+        }
+    };
     let mut ps = vec![
         param("inputs", mem(real), 0, "input", "n_inputs input values, in input order (manifest `inputs`)".into()),
         param(
@@ -32,13 +44,25 @@ fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param>
         ),
     ];
     let scalars: [(&str, &str); 7] = [
-        ("path_base_lo", "low 32 bits of the first path of the launch (a multiple of workgroup_size)"),
-        ("path_base_hi", "high 32 bits of the first path of the launch"),
-        ("paths_lo", "low 32 bits of the total path count (paths at or past it contribute 0)"),
+        (
+            "path_base_lo",
+            "low 32 bits of the first path of the launch (a multiple of workgroup_size)",
+        ),
+        (
+            "path_base_hi",
+            "high 32 bits of the first path of the launch",
+        ),
+        (
+            "paths_lo",
+            "low 32 bits of the total path count (paths at or past it contribute 0)",
+        ),
         ("paths_hi", "high 32 bits of the total path count"),
         ("seed_lo", "low 32 bits of the seed (Philox key word 0)"),
         ("seed_hi", "high 32 bits of the seed (Philox key word 1)"),
-        ("zero", "always 0: the run-time zero of the opaque identity and the re-keyed generator"),
+        (
+            "zero",
+            "always 0: the run-time zero of the opaque identity and the re-keyed generator",
+        ),
     ];
     for (k, (name, doc)) in scalars.iter().enumerate() {
         let k = k as u32;
@@ -56,20 +80,34 @@ fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param>
             "scratch",
             format!("{slots} slots per thread: {slots} * invocations values, device only"),
         ));
-        ps.push(param("invocations", "u32".into(), 10, "value", "threads in the launch (n_groups * workgroup_size)".into()));
+        ps.push(param(
+            "invocations",
+            "u32".into(),
+            10,
+            "value",
+            "threads in the launch (n_groups * workgroup_size)".into(),
+        ));
     }
     ps
 }
 
 /// Fills every field of the manifest for the kernel `body` renders.
-pub(super) fn build(tape: &Tape, plan: &crate::plan::Plan, opts: &EmitOptions, body: &Body<'_>) -> Result<Manifest, super::EmitError> {
+pub(super) fn build(
+    tape: &Tape,
+    plan: &crate::plan::Plan,
+    opts: &EmitOptions,
+    body: &Body<'_>,
+) -> Result<Manifest, super::EmitError> {
     let sums = sum_names(tape, opts.mode);
     let checkpointed = body.checkpointed();
     let persistent = if checkpointed {
         plan.segments
             .persistent
             .iter()
-            .filter(|v| plan.activity.live[v.index()] && !matches!(tape.node(**v), crate::tape::Node::Const(_)))
+            .filter(|v| {
+                plan.activity.live[v.index()]
+                    && !matches!(tape.node(**v), crate::tape::Node::Const(_))
+            })
             .count() as u32
     } else {
         0
@@ -88,11 +126,22 @@ pub(super) fn build(tape: &Tape, plan: &crate::plan::Plan, opts: &EmitOptions, b
         params: params(opts, sums.len(), scratch_slots),
         sums,
         workgroup_size: opts.workgroup_size,
-        segments: if checkpointed { plan.segments.segments.len() as u32 } else { 1 },
-        checkpoint: if checkpointed { plan.segments.strategy } else { super::manifest::Checkpoint::Off },
+        segments: if checkpointed {
+            plan.segments.segments.len() as u32
+        } else {
+            1
+        },
+        checkpoint: if checkpointed {
+            plan.segments.strategy
+        } else {
+            super::manifest::Checkpoint::Off
+        },
         persistent,
         scratch_slots_per_path: scratch_slots.unwrap_or(0),
-        scratch_layout: body.scratch.as_ref().map_or(String::new(), |s| s.layout.name().into()),
+        scratch_layout: body
+            .scratch
+            .as_ref()
+            .map_or(String::new(), |s| s.layout.name().into()),
         draws: tape.n_draws,
         tape_hash: crate::format::content_hash(tape),
         compile_options: match opts.target {

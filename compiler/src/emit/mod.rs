@@ -59,8 +59,8 @@ pub use nablac_runtime::manifest;
 mod tests;
 
 pub use dialect::{Dialect, CUDA, GLSL, OPENCL};
-pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
 pub use fill::sum_names;
+pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
 
 use crate::plan::{Checkpoint, Plan};
 use crate::tape::{is_valid_name, Node, NodeId, Tape, UnaryOp};
@@ -133,13 +133,20 @@ pub enum EmitError {
     #[error("target {target} cannot {what}")]
     Unsupported { target: &'static str, what: String },
     #[error("constant {value:e} at {node} overflows {precision} (it would be an infinity)")]
-    ConstOverflow { node: NodeId, value: f64, precision: &'static str },
+    ConstOverflow {
+        node: NodeId,
+        value: f64,
+        precision: &'static str,
+    },
     #[error("tape is malformed: {0}")]
     Tape(String),
     #[error("plan does not fit the tape: {0}")]
     Plan(String),
     #[error("template {template} failed to render: {message}")]
-    Render { template: &'static str, message: String },
+    Render {
+        template: &'static str,
+        message: String,
+    },
 }
 
 /// Emits the kernel for `tape` under `plan` (from `passes::plan` on the same tape) with `opts`.
@@ -154,14 +161,21 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
     check_tape(tape)?;
     check_plan_shape(tape, plan)?;
     let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
-    let strategy = if checkpointed { plan.segments.strategy } else { Checkpoint::Off };
+    let strategy = if checkpointed {
+        plan.segments.strategy
+    } else {
+        Checkpoint::Off
+    };
     if checkpointed && strategy == Checkpoint::Off {
-        return Err(EmitError::Plan("a plan with several segments says Checkpoint::Off".into()));
+        return Err(EmitError::Plan(
+            "a plan with several segments says Checkpoint::Off".into(),
+        ));
     }
     if strategy == Checkpoint::Scratch && opts.target == Target::Glsl {
         return Err(EmitError::Unsupported {
             target: opts.target.name(),
-            what: "use the scratch-buffer strategy (register recompute is the GLSL strategy)".into(),
+            what: "use the scratch-buffer strategy (register recompute is the GLSL strategy)"
+                .into(),
         });
     }
     let scratch = if strategy == Checkpoint::Scratch {
@@ -185,7 +199,11 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
         mode: opts.mode,
         annotate: opts.annotate,
         scratch,
-        index64: if opts.target == Target::Cuda { "unsigned long long" } else { "ulong" },
+        index64: if opts.target == Target::Cuda {
+            "unsigned long long"
+        } else {
+            "ulong"
+        },
         cones: body::cones(tape),
     };
     body.check_reads().map_err(EmitError::Plan)?;
@@ -198,7 +216,8 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
         if normal || uniform || transcendental {
             return Err(EmitError::Unsupported {
                 target: opts.target.name(),
-                what: "compute exp, log or cos in f64 (GLSL 450 has them for float only); use f32".into(),
+                what: "compute exp, log or cos in f64 (GLSL 450 has them for float only); use f32"
+                    .into(),
             });
         }
     }
@@ -207,7 +226,11 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
             if let Node::Const(k) = *tape.node(v) {
                 let value = tape.consts[k as usize];
                 if !(value as f32).is_finite() {
-                    return Err(EmitError::ConstOverflow { node: v, value, precision: "f32" });
+                    return Err(EmitError::ConstOverflow {
+                        node: v,
+                        value,
+                        precision: "f32",
+                    });
                 }
             }
         }
@@ -228,7 +251,10 @@ fn check_tape(tape: &Tape) -> Result<(), EmitError> {
     }
     for input in &tape.inputs {
         if !is_valid_name(&input.name) {
-            return bad(format!("input name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}", input.name));
+            return bad(format!(
+                "input name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}",
+                input.name
+            ));
         }
     }
     let mut input_seen = vec![false; tape.inputs.len()];
@@ -258,10 +284,16 @@ fn check_tape(tape: &Tape) -> Result<(), EmitError> {
     }
     for out in &tape.outputs {
         if !is_valid_name(&out.name) {
-            return bad(format!("output name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}", out.name));
+            return bad(format!(
+                "output name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}",
+                out.name
+            ));
         }
         if out.node.index() >= tape.len() {
-            return bad(format!("output {} names {}, past the last node", out.name, out.node));
+            return bad(format!(
+                "output {} names {}, past the last node",
+                out.name, out.node
+            ));
         }
     }
     Ok(())
@@ -273,7 +305,11 @@ fn check_plan_shape(tape: &Tape, plan: &Plan) -> Result<(), EmitError> {
     let n = tape.len();
     let bad = |m: String| Err(EmitError::Plan(m));
     if plan.activity.live.len() != n || plan.activity.active.len() != n {
-        return bad(format!("activity tables have {} / {} entries for {n} nodes", plan.activity.live.len(), plan.activity.active.len()));
+        return bad(format!(
+            "activity tables have {} / {} entries for {n} nodes",
+            plan.activity.live.len(),
+            plan.activity.active.len()
+        ));
     }
     for out in &tape.outputs {
         if !plan.activity.live[out.node.index()] {
@@ -287,7 +323,10 @@ fn check_plan_shape(tape: &Tape, plan: &Plan) -> Result<(), EmitError> {
     let mut next = 0u32;
     for (s, seg) in sp.segments.iter().enumerate() {
         if seg.range.start != next || seg.range.end < seg.range.start {
-            return bad(format!("segment {s} ({:?}) does not continue at {next}", seg.range));
+            return bad(format!(
+                "segment {s} ({:?}) does not continue at {next}",
+                seg.range
+            ));
         }
         next = seg.range.end;
     }
@@ -317,7 +356,9 @@ fn check_plan_shape(tape: &Tape, plan: &Plan) -> Result<(), EmitError> {
         let mut seen = std::collections::BTreeSet::new();
         for v in &sp.scratch_slots {
             if !seen.insert(*v) || sp.persistent.binary_search(v).is_err() {
-                return bad(format!("scratch slot for {v} is repeated or not a persistent value"));
+                return bad(format!(
+                    "scratch slot for {v} is repeated or not a persistent value"
+                ));
             }
         }
     }

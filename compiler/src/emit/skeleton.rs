@@ -68,7 +68,10 @@ pub(super) fn kind(body: &Body<'_>) -> String {
         (Mode::Price, _, _) => "price kernel".into(),
         (Mode::Reverse, false, _) => "plain reverse kernel".into(),
         (Mode::Reverse, true, false) => {
-            format!("checkpointed reverse kernel, register recompute, {} segments", body.plan.segments.segments.len())
+            format!(
+                "checkpointed reverse kernel, register recompute, {} segments",
+                body.plan.segments.segments.len()
+            )
         }
         (Mode::Reverse, true, true) => format!(
             "checkpointed reverse kernel, scratch buffer ({}), {} segments",
@@ -100,7 +103,13 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
             d.literal(2f64.powi(-53), p),
         )
     } else {
-        (d.cast("float", "x.x >> 8u"), d.cast("float", "x.y >> 8u"), String::new(), String::new(), d.literal(2f64.powi(-24), p))
+        (
+            d.cast("float", "x.x >> 8u"),
+            d.cast("float", "x.y >> 8u"),
+            String::new(),
+            String::new(),
+            d.literal(2f64.powi(-24), p),
+        )
     };
     let tau = match p {
         Precision::F32 => d.literal(f64::from(std::f32::consts::TAU), p),
@@ -147,5 +156,8 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         cos: d.math(MathFn::Cos, p),
         body: body.render(2),
     };
-    sk.render().map_err(|e| EmitError::Render { template: "kernel.txt", message: e.to_string() })
+    sk.render().map_err(|e| EmitError::Render {
+        template: "kernel.txt",
+        message: e.to_string(),
+    })
 }

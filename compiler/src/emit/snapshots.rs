@@ -36,29 +36,89 @@ struct Case {
 }
 
 fn cases(target: Target) -> Vec<Case> {
-    let base = EmitOptions { target, ..EmitOptions::default() };
-    let price = EmitOptions { mode: Mode::Price, ..base.clone() };
+    let base = EmitOptions {
+        target,
+        ..EmitOptions::default()
+    };
+    let price = EmitOptions {
+        mode: Mode::Price,
+        ..base.clone()
+    };
     let mut v = vec![
-        Case { name: "european_price_f32", tape: european(), segments: 1, strategy: Checkpoint::Off, opts: price },
+        Case {
+            name: "european_price_f32",
+            tape: european(),
+            segments: 1,
+            strategy: Checkpoint::Off,
+            opts: price,
+        },
         Case {
             name: "european_reverse_f32_annotated",
             tape: european(),
             segments: 1,
             strategy: Checkpoint::Off,
-            opts: EmitOptions { annotate: true, ..base.clone() },
+            opts: EmitOptions {
+                annotate: true,
+                ..base.clone()
+            },
         },
-        Case { name: "asian8_reverse_f32", tape: asian(8), segments: 1, strategy: Checkpoint::Off, opts: base.clone() },
-        Case { name: "asian8_ckpt2_reverse_f32", tape: asian(8), segments: 2, strategy: Checkpoint::Registers, opts: base.clone() },
+        Case {
+            name: "asian8_reverse_f32",
+            tape: asian(8),
+            segments: 1,
+            strategy: Checkpoint::Off,
+            opts: base.clone(),
+        },
+        Case {
+            name: "asian8_ckpt2_reverse_f32",
+            tape: asian(8),
+            segments: 2,
+            strategy: Checkpoint::Registers,
+            opts: base.clone(),
+        },
     ];
     if target == Target::Glsl {
-        let f64 = EmitOptions { precision: Precision::F64, ..base.clone() };
-        v.push(Case { name: "poly_ckpt2_reverse_f64", tape: poly(), segments: 2, strategy: Checkpoint::Registers, opts: f64 });
+        let f64 = EmitOptions {
+            precision: Precision::F64,
+            ..base.clone()
+        };
+        v.push(Case {
+            name: "poly_ckpt2_reverse_f64",
+            tape: poly(),
+            segments: 2,
+            strategy: Checkpoint::Registers,
+            opts: f64,
+        });
     } else {
-        let f64 = EmitOptions { precision: Precision::F64, ..base.clone() };
-        v.push(Case { name: "european_reverse_f64", tape: european(), segments: 1, strategy: Checkpoint::Off, opts: f64 });
-        v.push(Case { name: "asian8_scratch2_reverse_f32", tape: asian(8), segments: 2, strategy: Checkpoint::Scratch, opts: base.clone() });
-        let aos = EmitOptions { scratch_layout: ScratchLayout::Aos, ..base.clone() };
-        v.push(Case { name: "asian8_scratch2_aos_reverse_f32", tape: asian(8), segments: 2, strategy: Checkpoint::Scratch, opts: aos });
+        let f64 = EmitOptions {
+            precision: Precision::F64,
+            ..base.clone()
+        };
+        v.push(Case {
+            name: "european_reverse_f64",
+            tape: european(),
+            segments: 1,
+            strategy: Checkpoint::Off,
+            opts: f64,
+        });
+        v.push(Case {
+            name: "asian8_scratch2_reverse_f32",
+            tape: asian(8),
+            segments: 2,
+            strategy: Checkpoint::Scratch,
+            opts: base.clone(),
+        });
+        let aos = EmitOptions {
+            scratch_layout: ScratchLayout::Aos,
+            ..base.clone()
+        };
+        v.push(Case {
+            name: "asian8_scratch2_aos_reverse_f32",
+            tape: asian(8),
+            segments: 2,
+            strategy: Checkpoint::Scratch,
+            opts: aos,
+        });
     }
     v
 }
@@ -68,8 +128,14 @@ fn in_code_tapes() {
     for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
         for case in cases(target) {
             let plan = planned(&case.tape, case.segments, case.strategy);
-            assert_eq!(plan.segments.segments.len() as u32, case.segments, "{}", case.name);
-            let k = emit(&case.tape, &plan, &case.opts).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            assert_eq!(
+                plan.segments.segments.len() as u32,
+                case.segments,
+                "{}",
+                case.name
+            );
+            let k = emit(&case.tape, &plan, &case.opts)
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
             snapshot(target, case.name, &k.source);
             if case.name == "asian8_ckpt2_reverse_f32" {
                 let json = serde_json::to_string_pretty(&k.manifest).unwrap();
@@ -101,10 +167,22 @@ fn corpus() {
                 }
                 for strategy in strategies {
                     let plan = planned(&case.tape, s, strategy);
-                    let o = EmitOptions { target, ..EmitOptions::default() };
-                    let k = emit(&case.tape, &plan, &o).unwrap_or_else(|e| panic!("{} at {s}: {e}", case.name));
-                    let suffix = if strategy == Checkpoint::Scratch { "_scratch" } else { "" };
-                    snapshot(target, &format!("corpus_{}_s{s}{suffix}", case.name), &k.source);
+                    let o = EmitOptions {
+                        target,
+                        ..EmitOptions::default()
+                    };
+                    let k = emit(&case.tape, &plan, &o)
+                        .unwrap_or_else(|e| panic!("{} at {s}: {e}", case.name));
+                    let suffix = if strategy == Checkpoint::Scratch {
+                        "_scratch"
+                    } else {
+                        ""
+                    };
+                    snapshot(
+                        target,
+                        &format!("corpus_{}_s{s}{suffix}", case.name),
+                        &k.source,
+                    );
                 }
             }
         }

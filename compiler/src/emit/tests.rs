@@ -18,14 +18,19 @@ struct Rec {
 
 impl Rec {
     fn new() -> Rec {
-        Rec { tape: Tape::default() }
+        Rec {
+            tape: Tape::default(),
+        }
     }
     fn push(&mut self, node: Node) -> NodeId {
         self.tape.nodes.push(node);
         NodeId(self.tape.nodes.len() as u32 - 1)
     }
     fn input(&mut self, name: &str, value: f64) -> NodeId {
-        self.tape.inputs.push(Input { name: name.into(), value });
+        self.tape.inputs.push(Input {
+            name: name.into(),
+            value,
+        });
         let k = self.tape.inputs.len() as u32 - 1;
         self.push(Node::Input(k))
     }
@@ -41,7 +46,13 @@ impl Rec {
         self.push(Node::Unary(op, a))
     }
     fn finish(mut self, outputs: &[(&str, NodeId)]) -> Tape {
-        self.tape.outputs = outputs.iter().map(|(n, v)| Output { name: (*n).into(), node: *v }).collect();
+        self.tape.outputs = outputs
+            .iter()
+            .map(|(n, v)| Output {
+                name: (*n).into(),
+                node: *v,
+            })
+            .collect();
         self.tape.n_draws = self.tape.draws_used();
         self.tape
     }
@@ -63,12 +74,15 @@ fn product(p: Product, steps: Option<u32>) -> Tape {
     if let Some(steps) = steps {
         options.steps = steps;
     }
-    record(p, &options, &Market::default()).unwrap_or_else(|e| panic!("recording {}: {e}", p.name()))
+    record(p, &options, &Market::default())
+        .unwrap_or_else(|e| panic!("recording {}: {e}", p.name()))
 }
 
 /// The cuts at the starts of the Asian's steps `floor(s * steps / segments)`, s = 1..segments.
 fn asian_cuts(steps: u32, segments: u32) -> Vec<u32> {
-    (1..segments).map(|s| 15 + 6 * (s * steps / segments)).collect()
+    (1..segments)
+        .map(|s| 15 + 6 * (s * steps / segments))
+        .collect()
 }
 
 fn is_const(tape: &Tape, v: NodeId) -> bool {
@@ -109,9 +123,14 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
         }
     }
     let crosses = |v: usize, c: u32| (v as u32) < c && last[v].is_some_and(|l| l >= c);
-    let crossing: Vec<u32> = cuts.iter().map(|&c| (0..n).filter(|&v| crosses(v, c)).count() as u32).collect();
-    let crossing_values: BTreeSet<NodeId> =
-        (0..n).filter(|&v| cuts.iter().any(|&c| crosses(v, c))).map(|v| NodeId(v as u32)).collect();
+    let crossing: Vec<u32> = cuts
+        .iter()
+        .map(|&c| (0..n).filter(|&v| crosses(v, c)).count() as u32)
+        .collect();
+    let crossing_values: BTreeSet<NodeId> = (0..n)
+        .filter(|&v| cuts.iter().any(|&c| crosses(v, c)))
+        .map(|v| NodeId(v as u32))
+        .collect();
     let mut persistent = crossing_values.clone();
     for (i, node) in tape.nodes.iter().enumerate() {
         if matches!(node, Node::Input(_)) {
@@ -154,15 +173,26 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
             }
         }
         let reads: Vec<NodeId> = if checkpointed {
-            reads.into_iter().filter(|&v| is_p(v) && !is_const(tape, v)).collect()
+            reads
+                .into_iter()
+                .filter(|&v| is_p(v) && !is_const(tape, v))
+                .collect()
         } else {
             Vec::new()
         };
         rekey.push(checkpointed && !draws.is_empty());
         opaque_reads.push(reads);
-        segments.push(Segment { range, bookmarks: bookmarks.into_iter().collect(), draws });
+        segments.push(Segment {
+            range,
+            bookmarks: bookmarks.into_iter().collect(),
+            draws,
+        });
     }
-    let strategy = if checkpointed { strategy } else { Checkpoint::Off };
+    let strategy = if checkpointed {
+        strategy
+    } else {
+        Checkpoint::Off
+    };
     Plan {
         liveness: liveness(tape),
         activity: act,
@@ -172,9 +202,16 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
             cuts: cuts.iter().map(|&c| NodeId(c)).collect(),
             crossing,
             persistent: persistent.into_iter().collect(),
-            scratch_slots: if strategy == Checkpoint::Scratch { crossing_values.into_iter().collect() } else { Vec::new() },
+            scratch_slots: if strategy == Checkpoint::Scratch {
+                crossing_values.into_iter().collect()
+            } else {
+                Vec::new()
+            },
         },
-        opacity: OpacityPlan { opaque_reads, rekey },
+        opacity: OpacityPlan {
+            opaque_reads,
+            rekey,
+        },
     }
 }
 
@@ -183,7 +220,11 @@ pub(super) fn plain_plan(tape: &Tape) -> Plan {
 }
 
 pub(super) fn opts(target: Target, mode: Mode) -> EmitOptions {
-    EmitOptions { target, mode, ..EmitOptions::default() }
+    EmitOptions {
+        target,
+        mode,
+        ..EmitOptions::default()
+    }
 }
 
 /// The cases every target is checked on: (name, tape, plan).
@@ -194,10 +235,22 @@ pub(super) fn cases() -> Vec<(&'static str, Tape, Plan)> {
     vec![
         ("european", e.clone(), plain_plan(&e)),
         ("asian8", a.clone(), plain_plan(&a)),
-        ("asian8_ckpt2", a.clone(), plan_with_cuts(&a, &cuts, Checkpoint::Registers)),
-        ("asian8_scratch2", a.clone(), plan_with_cuts(&a, &cuts, Checkpoint::Scratch)),
+        (
+            "asian8_ckpt2",
+            a.clone(),
+            plan_with_cuts(&a, &cuts, Checkpoint::Registers),
+        ),
+        (
+            "asian8_scratch2",
+            a.clone(),
+            plan_with_cuts(&a, &cuts, Checkpoint::Scratch),
+        ),
         ("poly", poly(), plain_plan(&poly())),
-        ("poly_ckpt2", poly(), plan_with_cuts(&poly(), &[8], Checkpoint::Registers)),
+        (
+            "poly_ckpt2",
+            poly(),
+            plan_with_cuts(&poly(), &[8], Checkpoint::Registers),
+        ),
     ]
 }
 
@@ -205,7 +258,9 @@ pub(super) fn cases() -> Vec<(&'static str, Tape, Plan)> {
 /// with glslangValidator, PoCL or NVRTC by hand); does nothing without the variable.
 #[test]
 fn dump_for_compilers() {
-    let Some(dir) = std::env::var_os("NABLAC_EMIT_DUMP") else { return };
+    let Some(dir) = std::env::var_os("NABLAC_EMIT_DUMP") else {
+        return;
+    };
     let dir = std::path::PathBuf::from(dir);
     std::fs::create_dir_all(&dir).unwrap();
     for (name, tape, plan) in cases() {
@@ -213,14 +268,27 @@ fn dump_for_compilers() {
             for mode in [Mode::Price, Mode::Reverse] {
                 for precision in [Precision::F32, Precision::F64] {
                     for layout in [ScratchLayout::Soa, ScratchLayout::Aos] {
-                        let o = EmitOptions { target, mode, precision, scratch_layout: layout, ..EmitOptions::default() };
-                        let Ok(k) = emit(&tape, &plan, &o) else { continue };
+                        let o = EmitOptions {
+                            target,
+                            mode,
+                            precision,
+                            scratch_layout: layout,
+                            ..EmitOptions::default()
+                        };
+                        let Ok(k) = emit(&tape, &plan, &o) else {
+                            continue;
+                        };
                         let ext = match target {
                             Target::Cuda => "cu",
                             Target::Opencl => "cl",
                             _ => "comp",
                         };
-                        let file = format!("{name}_{}_{}_{}.{ext}", mode_name(mode), precision.name(), layout.name());
+                        let file = format!(
+                            "{name}_{}_{}_{}.{ext}",
+                            mode_name(mode),
+                            precision.name(),
+                            layout.name()
+                        );
                         std::fs::write(dir.join(file), k.source).unwrap();
                     }
                 }
@@ -281,12 +349,20 @@ fn test_plans_pass_check_plan() {
     let tape = poly();
     crate::passes::check_plan(&tape, &plan_with_cuts(&tape, &[8], Checkpoint::Registers)).unwrap();
     let tape = asian(252);
-    crate::passes::check_plan(&tape, &plan_with_cuts(&tape, &asian_cuts(252, 16), Checkpoint::Registers)).unwrap();
+    crate::passes::check_plan(
+        &tape,
+        &plan_with_cuts(&tape, &asian_cuts(252, 16), Checkpoint::Registers),
+    )
+    .unwrap();
 }
 
 /// The real planner's plan at `segments` segments of `strategy`.
 pub(super) fn planned(tape: &Tape, segments: u32, strategy: Checkpoint) -> Plan {
-    let opts = crate::plan::SegmentOptions { strategy, segments: Some(segments), ..Default::default() };
+    let opts = crate::plan::SegmentOptions {
+        strategy,
+        segments: Some(segments),
+        ..Default::default()
+    };
     crate::passes::plan(tape, &opts)
 }
 
@@ -304,25 +380,43 @@ fn asian_252_at_16_segments_in_glsl() {
     assert_eq!(k.manifest.checkpoint, Checkpoint::Registers);
     // 38 top-level declarations `float vN;` before the first segment block, and no others.
     let top = section(src, "persistent values", "forward sweep");
-    let decls: Vec<&str> = top.iter().flat_map(|l| l.split(';')).map(str::trim).filter(|s| s.starts_with("float v")).collect();
+    let decls: Vec<&str> = top
+        .iter()
+        .flat_map(|l| l.split(';'))
+        .map(str::trim)
+        .filter(|s| s.starts_with("float v"))
+        .collect();
     assert_eq!(decls.len(), 38, "{top:?}");
     for v in &plan.segments.persistent {
-        assert!(decls.contains(&format!("float v{}", v.0).as_str()), "v{} not declared at top level", v.0);
+        assert!(
+            decls.contains(&format!("float v{}", v.0).as_str()),
+            "v{} not declared at top level",
+            v.0
+        );
     }
     // 16 forward blocks, 16 reverse blocks; every reverse block re-keys (each has draws).
     assert_eq!(count(src, "// segment "), 32);
     assert_eq!(count(src, " reverse: %"), 16);
-    assert_eq!(count(src, "uint rk0 = key0 ^ pc.zero; uint rk1 = key1 ^ pc.zero;"), 16);
+    assert_eq!(
+        count(src, "uint rk0 = key0 ^ pc.zero; uint rk1 = key1 ^ pc.zero;"),
+        16
+    );
     // Every bookmark of every segment is read through the opaque identity in its block.
     let reverse = src.split("// reverse sweep").nth(1).unwrap();
     let mut reads = 0;
     for (s, seg) in plan.segments.segments.iter().enumerate() {
         let block = section(reverse, &format!("// segment {s} reverse"), "}").join("\n");
         for b in &seg.bookmarks {
-            assert!(block.contains(&format!("float r{0} = opq(v{0}, pc.zero);", b.0)), "segment {s} bookmark {b}");
+            assert!(
+                block.contains(&format!("float r{0} = opq(v{0}, pc.zero);", b.0)),
+                "segment {s} bookmark {b}"
+            );
         }
         for r in &plan.opacity.opaque_reads[s] {
-            assert!(block.contains(&format!("float r{0} = opq(v{0}, pc.zero);", r.0)), "segment {s} read {r}");
+            assert!(
+                block.contains(&format!("float r{0} = opq(v{0}, pc.zero);", r.0)),
+                "segment {s} read {r}"
+            );
             reads += 1;
         }
         // Draws are regenerated with the re-keyed generator only.
@@ -343,7 +437,10 @@ fn emit_is_deterministic() {
     for (name, tape, plan) in cases() {
         for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
             for mode in [Mode::Price, Mode::Reverse] {
-                let o = EmitOptions { annotate: true, ..opts(target, mode) };
+                let o = EmitOptions {
+                    annotate: true,
+                    ..opts(target, mode)
+                };
                 let a = emit(&tape, &plan, &o);
                 let b = emit(&tape.clone(), &plan.clone(), &o);
                 assert_eq!(a, b, "{name} {target:?} {mode:?}");
@@ -359,7 +456,18 @@ fn constants_round_trip() {
     let mut r = Rec::new();
     let x = r.input("x", 1.0);
     let mut acc = x;
-    let consts = [0.1, 1.0 / 3.0, 6.02214076e23, 1e-300, -2.5e-7, 123456789.12345679, 0.0, -0.0, 2.0f64.powi(-1074), 1e38];
+    let consts = [
+        0.1,
+        1.0 / 3.0,
+        6.02214076e23,
+        1e-300,
+        -2.5e-7,
+        123456789.12345679,
+        0.0,
+        -0.0,
+        2.0f64.powi(-1074),
+        1e38,
+    ];
     for c in consts {
         let k = r.c(c);
         acc = r.bin(BinaryOp::Mul, acc, k);
@@ -368,24 +476,43 @@ fn constants_round_trip() {
     let plan = plain_plan(&tape);
     for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
         for p in [Precision::F32, Precision::F64] {
-            let o = EmitOptions { precision: p, ..opts(target, Mode::Price) };
+            let o = EmitOptions {
+                precision: p,
+                ..opts(target, Mode::Price)
+            };
             let src = emit(&tape, &plan, &o).unwrap().source;
             let body = section(&src, "// forward sweep", "// leaves");
             let muls: Vec<&str> = body.iter().filter(|l| l.contains(" * ")).copied().collect();
             assert_eq!(muls.len(), consts.len());
             for (line, c) in muls.iter().zip(consts) {
                 let lit = line.split(" * ").nth(1).unwrap().trim_end_matches(';');
-                let lit = lit.strip_prefix('(').and_then(|l| l.strip_suffix(')')).unwrap_or(lit);
+                let lit = lit
+                    .strip_prefix('(')
+                    .and_then(|l| l.strip_suffix(')'))
+                    .unwrap_or(lit);
                 let suffix = match (target, p) {
                     (Target::Glsl, Precision::F64) => "lf",
                     (Target::Glsl, Precision::F32) | (_, Precision::F64) => "",
                     _ => "f",
                 };
-                let digits = lit.strip_suffix(suffix).unwrap_or_else(|| panic!("{lit} lacks {suffix:?}"));
-                assert!(digits.contains('.') || digits.contains('e'), "{lit} is not a floating literal");
+                let digits = lit
+                    .strip_suffix(suffix)
+                    .unwrap_or_else(|| panic!("{lit} lacks {suffix:?}"));
+                assert!(
+                    digits.contains('.') || digits.contains('e'),
+                    "{lit} is not a floating literal"
+                );
                 match p {
-                    Precision::F32 => assert_eq!(digits.parse::<f32>().unwrap().to_bits(), (c as f32).to_bits(), "{lit}"),
-                    Precision::F64 => assert_eq!(digits.parse::<f64>().unwrap().to_bits(), c.to_bits(), "{lit}"),
+                    Precision::F32 => assert_eq!(
+                        digits.parse::<f32>().unwrap().to_bits(),
+                        (c as f32).to_bits(),
+                        "{lit}"
+                    ),
+                    Precision::F64 => assert_eq!(
+                        digits.parse::<f64>().unwrap().to_bits(),
+                        c.to_bits(),
+                        "{lit}"
+                    ),
                 }
             }
         }
@@ -396,7 +523,9 @@ fn constants_round_trip() {
 fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     let tape = poly();
     let plan = plain_plan(&tape);
-    let src = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap().source;
+    let src = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse))
+        .unwrap()
+        .source;
     // %2 is dead: never computed. %10 (c*c) is live but inactive: computed, no adjoint.
     assert_eq!(count(&src, "v2 "), 0);
     assert!(src.contains("float v10 = (-3e-9f) * (-3e-9f);"));
@@ -422,7 +551,16 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     let k = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap();
     assert_eq!(
         k.manifest.sums,
-        ["value:first", "value_sq:first", "greek:first:x", "greek:first:y", "value:second", "value_sq:second", "greek:second:x", "greek:second:y"]
+        [
+            "value:first",
+            "value_sq:first",
+            "greek:first:x",
+            "greek:first:y",
+            "value:second",
+            "value_sq:second",
+            "greek:second:x",
+            "greek:second:y"
+        ]
     );
     assert!(src.contains("acc6 = (double)(d0_1);"));
     assert!(src.contains("double acc7 = 0.0;") && !src.contains("acc8"));
@@ -439,24 +577,74 @@ fn scratch_kernels_write_and_read_back_each_slot() {
     let plan = plan_with_cuts(&tape, &asian_cuts(8, 2), Checkpoint::Scratch);
     let slots = plan.segments.scratch_slots.clone();
     assert!(!slots.is_empty());
-    for (layout, at) in [(ScratchLayout::Soa, "scratch[(unsigned long long)K * invocations + gid]"), (ScratchLayout::Aos, "scratch[(unsigned long long)gid * Nu + K]")] {
-        let o = EmitOptions { scratch_layout: layout, ..opts(Target::Cuda, Mode::Reverse) };
+    for (layout, at) in [
+        (
+            ScratchLayout::Soa,
+            "scratch[(unsigned long long)K * invocations + gid]",
+        ),
+        (
+            ScratchLayout::Aos,
+            "scratch[(unsigned long long)gid * Nu + K]",
+        ),
+    ] {
+        let o = EmitOptions {
+            scratch_layout: layout,
+            ..opts(Target::Cuda, Mode::Reverse)
+        };
         let k = emit(&tape, &plan, &o).unwrap();
-        let fwd = k.source.split("// reverse sweep").next().unwrap().to_string();
-        let rev = k.source.split("// reverse sweep").nth(1).unwrap().to_string();
+        let fwd = k
+            .source
+            .split("// reverse sweep")
+            .next()
+            .unwrap()
+            .to_string();
+        let rev = k
+            .source
+            .split("// reverse sweep")
+            .nth(1)
+            .unwrap()
+            .to_string();
         for (slot, v) in slots.iter().enumerate() {
-            let addr = at.replace('K', &format!("{slot}u")).replace('N', &slots.len().to_string());
+            let addr = at
+                .replace('K', &format!("{slot}u"))
+                .replace('N', &slots.len().to_string());
             assert_eq!(count(&fwd, &format!("{addr} = v{};", v.0)), 1, "{addr}");
             // Read back (opaquely) by every reverse block that reads it.
-            let readers = plan.opacity.opaque_reads.iter().filter(|r| r.contains(v)).count();
-            assert_eq!(count(&rev, &format!("float r{} = opq({addr}, zero);", v.0)), readers, "{addr}");
+            let readers = plan
+                .opacity
+                .opaque_reads
+                .iter()
+                .filter(|r| r.contains(v))
+                .count();
+            assert_eq!(
+                count(&rev, &format!("float r{} = opq({addr}, zero);", v.0)),
+                readers,
+                "{addr}"
+            );
         }
         assert_eq!(k.manifest.scratch_slots_per_path, slots.len() as u32);
         assert_eq!(k.manifest.scratch_layout, layout.name());
         assert_eq!(k.manifest.checkpoint, Checkpoint::Scratch);
         let names: Vec<&str> = k.manifest.params.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["inputs", "partials", "path_base_lo", "path_base_hi", "paths_lo", "paths_hi", "seed_lo", "seed_hi", "zero", "scratch", "invocations"]);
-        assert!(k.source.contains("float* __restrict__ scratch, unsigned int invocations)"));
+        assert_eq!(
+            names,
+            [
+                "inputs",
+                "partials",
+                "path_base_lo",
+                "path_base_hi",
+                "paths_lo",
+                "paths_hi",
+                "seed_lo",
+                "seed_hi",
+                "zero",
+                "scratch",
+                "invocations"
+            ]
+        );
+        assert!(k
+            .source
+            .contains("float* __restrict__ scratch, unsigned int invocations)"));
     }
     // GLSL has no scratch strategy.
     assert!(matches!(
@@ -470,8 +658,19 @@ fn manifest_describes_the_abi() {
     let tape = european();
     let plan = plain_plan(&tape);
     for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
-        let o = EmitOptions { precision: Precision::F64, workgroup_size: 256, ..opts(target, Mode::Reverse) };
-        let o = if target == Target::Glsl { EmitOptions { precision: Precision::F32, ..o } } else { o };
+        let o = EmitOptions {
+            precision: Precision::F64,
+            workgroup_size: 256,
+            ..opts(target, Mode::Reverse)
+        };
+        let o = if target == Target::Glsl {
+            EmitOptions {
+                precision: Precision::F32,
+                ..o
+            }
+        } else {
+            o
+        };
         let k = emit(&tape, &plan, &o).unwrap();
         let m = &k.manifest;
         assert_eq!(m.manifest_version, MANIFEST_VERSION);
@@ -481,19 +680,39 @@ fn manifest_describes_the_abi() {
         assert_eq!(m.outputs, ["price"]);
         assert_eq!(m.sums.len(), 7);
         assert_eq!(m.workgroup_size, 256);
-        assert_eq!((m.segments, m.checkpoint, m.persistent), (1, Checkpoint::Off, 0));
+        assert_eq!(
+            (m.segments, m.checkpoint, m.persistent),
+            (1, Checkpoint::Off, 0)
+        );
         assert_eq!(m.draws, 1);
         assert_eq!(m.tape_hash.len(), 64);
         let names: Vec<&str> = m.params.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["inputs", "partials", "path_base_lo", "path_base_hi", "paths_lo", "paths_hi", "seed_lo", "seed_hi", "zero"]);
+        assert_eq!(
+            names,
+            [
+                "inputs",
+                "partials",
+                "path_base_lo",
+                "path_base_hi",
+                "paths_lo",
+                "paths_hi",
+                "seed_lo",
+                "seed_hi",
+                "zero"
+            ]
+        );
         let bindings: Vec<u32> = m.params.iter().map(|p| p.binding).collect();
         let real = o.precision.name();
         if target == Target::Glsl {
             assert_eq!(m.entry_point, "main");
             assert_eq!(bindings, [0, 1, 0, 4, 8, 12, 16, 20, 24]);
             assert_eq!(m.params[0].ty, format!("buffer<{real}>"));
-            assert!(m.params[2..].iter().all(|p| p.role == "push" && p.ty == "u32"));
-            assert!(k.source.contains("layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;"));
+            assert!(m.params[2..]
+                .iter()
+                .all(|p| p.role == "push" && p.ty == "u32"));
+            assert!(k
+                .source
+                .contains("layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;"));
             assert!(k.source.contains("layout(std430, set = 0, binding = 1) writeonly buffer Partials { double partials[]; };"));
         } else {
             assert_eq!(m.entry_point, "nablac_main");
@@ -510,7 +729,9 @@ fn manifest_describes_the_abi() {
         }
         assert!(!k.source.contains("acc["), "no indexed leaf array");
         assert_eq!(count(&k.source, "m < 256u; m *= 2u)"), 7);
-        assert!(k.source.contains("if (lid % (2u * m) == 0u) sh[lid] += sh[lid + m];"));
+        assert!(k
+            .source
+            .contains("if (lid % (2u * m) == 0u) sh[lid] += sh[lid + m];"));
         // The manifest round-trips through JSON.
         let json = serde_json::to_string(m).unwrap();
         assert_eq!(&serde_json::from_str::<Manifest>(&json).unwrap(), m);
@@ -521,9 +742,20 @@ fn manifest_describes_the_abi() {
 fn cuda_source_has_no_include_and_a_c_entry_point() {
     for (_, tape, plan) in cases() {
         for p in [Precision::F32, Precision::F64] {
-            let src = emit(&tape, &plan, &EmitOptions { precision: p, ..opts(Target::Cuda, Mode::Reverse) }).unwrap().source;
+            let src = emit(
+                &tape,
+                &plan,
+                &EmitOptions {
+                    precision: p,
+                    ..opts(Target::Cuda, Mode::Reverse)
+                },
+            )
+            .unwrap()
+            .source;
             assert!(!src.contains("#include"));
-            assert!(src.contains("extern \"C\" __global__ void __launch_bounds__(128) nablac_main("));
+            assert!(
+                src.contains("extern \"C\" __global__ void __launch_bounds__(128) nablac_main(")
+            );
         }
     }
 }
@@ -533,21 +765,55 @@ fn opaque_identity_per_dialect() {
     let tape = asian(8);
     let plan = plan_with_cuts(&tape, &asian_cuts(8, 2), Checkpoint::Registers);
     let expect = [
-        (Target::Cuda, Precision::F32, "__int_as_float(__float_as_int(x) ^ (int)z)"),
-        (Target::Cuda, Precision::F64, "__longlong_as_double(__double_as_longlong(x) ^ (long long)z)"),
+        (
+            Target::Cuda,
+            Precision::F32,
+            "__int_as_float(__float_as_int(x) ^ (int)z)",
+        ),
+        (
+            Target::Cuda,
+            Precision::F64,
+            "__longlong_as_double(__double_as_longlong(x) ^ (long long)z)",
+        ),
         (Target::Opencl, Precision::F32, "as_float(as_uint(x) ^ z)"),
-        (Target::Opencl, Precision::F64, "as_double(as_ulong(x) ^ (ulong)z)"),
-        (Target::Glsl, Precision::F32, "uintBitsToFloat(floatBitsToUint(x) ^ z)"),
+        (
+            Target::Opencl,
+            Precision::F64,
+            "as_double(as_ulong(x) ^ (ulong)z)",
+        ),
+        (
+            Target::Glsl,
+            Precision::F32,
+            "uintBitsToFloat(floatBitsToUint(x) ^ z)",
+        ),
     ];
     for (target, p, body) in expect {
-        let src = emit(&tape, &plan, &EmitOptions { precision: p, ..opts(target, Mode::Reverse) }).unwrap().source;
+        let src = emit(
+            &tape,
+            &plan,
+            &EmitOptions {
+                precision: p,
+                ..opts(target, Mode::Reverse)
+            },
+        )
+        .unwrap()
+        .source;
         assert!(src.contains(&format!("opq({} x, ", super::dialect::real(p))));
         assert!(src.contains(body), "{target:?} {p:?}");
     }
     // GLSL f64 (no transcendentals): packDouble2x32.
     let tape = poly();
     let plan = plan_with_cuts(&tape, &[8], Checkpoint::Registers);
-    let src = emit(&tape, &plan, &EmitOptions { precision: Precision::F64, ..opts(Target::Glsl, Mode::Reverse) }).unwrap().source;
+    let src = emit(
+        &tape,
+        &plan,
+        &EmitOptions {
+            precision: Precision::F64,
+            ..opts(Target::Glsl, Mode::Reverse)
+        },
+    )
+    .unwrap()
+    .source;
     assert!(src.contains("packDouble2x32(unpackDouble2x32(x) ^ uvec2(z))"));
     assert!(src.contains("= opq(v"));
 }
@@ -555,12 +821,27 @@ fn opaque_identity_per_dialect() {
 #[test]
 fn annotations_name_the_tape_node() {
     let tape = european();
-    let src = emit(&tape, &plain_plan(&tape), &EmitOptions { annotate: true, ..opts(Target::Opencl, Mode::Reverse) }).unwrap().source;
+    let src = emit(
+        &tape,
+        &plain_plan(&tape),
+        &EmitOptions {
+            annotate: true,
+            ..opts(Target::Opencl, Mode::Reverse)
+        },
+    )
+    .unwrap()
+    .source;
     assert!(src.contains("float v15 = exp(v14); // %15 = exp %14"));
     assert!(src.contains("float v0 = inputs[0]; // %0 = input spot"));
     assert!(src.contains("float v12 = draw_normal(0u, plo, phi, key0, key1); // %12 = normal 0"));
     assert!(src.contains("d14 += d15 * v15; // %15 = exp %14"));
-    let plain = emit(&tape, &plain_plan(&tape), &opts(Target::Opencl, Mode::Reverse)).unwrap().source;
+    let plain = emit(
+        &tape,
+        &plain_plan(&tape),
+        &opts(Target::Opencl, Mode::Reverse),
+    )
+    .unwrap()
+    .source;
     assert!(!plain.contains("// %"));
 }
 
@@ -569,38 +850,83 @@ fn errors_name_the_problem() {
     let tape = european();
     let plan = plain_plan(&tape);
     for wg in [0, 3, 96, 2048] {
-        let o = EmitOptions { workgroup_size: wg, ..EmitOptions::default() };
+        let o = EmitOptions {
+            workgroup_size: wg,
+            ..EmitOptions::default()
+        };
         assert_eq!(emit(&tape, &plan, &o), Err(EmitError::WorkgroupSize(wg)));
     }
     for wg in [1, 2, 64, 1024] {
-        assert!(emit(&tape, &plan, &EmitOptions { workgroup_size: wg, ..EmitOptions::default() }).is_ok());
+        assert!(emit(
+            &tape,
+            &plan,
+            &EmitOptions {
+                workgroup_size: wg,
+                ..EmitOptions::default()
+            }
+        )
+        .is_ok());
     }
-    assert_eq!(emit(&tape, &plan, &opts(Target::Cpu, Mode::Reverse)), Err(EmitError::NotAKernelTarget("cpu")));
-    let glsl64 = EmitOptions { precision: Precision::F64, ..opts(Target::Glsl, Mode::Price) };
+    assert_eq!(
+        emit(&tape, &plan, &opts(Target::Cpu, Mode::Reverse)),
+        Err(EmitError::NotAKernelTarget("cpu"))
+    );
+    let glsl64 = EmitOptions {
+        precision: Precision::F64,
+        ..opts(Target::Glsl, Mode::Price)
+    };
     let e = emit(&tape, &plan, &glsl64).unwrap_err();
     assert!(e.to_string().contains("f64"), "{e}");
     // A plan for another tape.
     let other = plain_plan(&asian(2));
-    assert!(matches!(emit(&tape, &other, &EmitOptions::default()), Err(EmitError::Plan(_))));
+    assert!(matches!(
+        emit(&tape, &other, &EmitOptions::default()),
+        Err(EmitError::Plan(_))
+    ));
     // A plan whose segment reads a local of another segment.
     let mut bad = plan_with_cuts(&tape, &[10], Checkpoint::Registers);
     bad.segments.persistent.retain(|v| v.0 != 9);
-    assert!(matches!(emit(&tape, &bad, &EmitOptions::default()), Err(EmitError::Plan(m)) if m.contains("%9")));
+    assert!(
+        matches!(emit(&tape, &bad, &EmitOptions::default()), Err(EmitError::Plan(m)) if m.contains("%9"))
+    );
     // Malformed tapes: forward reference, bad name, bad const index.
     let mut t = tape.clone();
     t.nodes[5] = Node::Binary(BinaryOp::Mul, NodeId(2), NodeId(7));
-    assert!(matches!(emit(&t, &plan, &EmitOptions::default()), Err(EmitError::Tape(m)) if m.contains("%5")));
+    assert!(
+        matches!(emit(&t, &plan, &EmitOptions::default()), Err(EmitError::Tape(m)) if m.contains("%5"))
+    );
     let mut t = tape.clone();
     t.inputs[0].name = "spot price".into();
-    assert!(matches!(emit(&t, &plan, &EmitOptions::default()), Err(EmitError::Tape(_))));
+    assert!(matches!(
+        emit(&t, &plan, &EmitOptions::default()),
+        Err(EmitError::Tape(_))
+    ));
     let mut t = tape.clone();
     t.nodes[6] = Node::Const(99);
-    assert!(matches!(emit(&t, &plan, &EmitOptions::default()), Err(EmitError::Tape(_))));
+    assert!(matches!(
+        emit(&t, &plan, &EmitOptions::default()),
+        Err(EmitError::Tape(_))
+    ));
     let mut t = tape.clone();
     t.consts[0] = 1e300;
     let e = emit(&t, &plan, &EmitOptions::default()).unwrap_err();
-    assert_eq!(e, EmitError::ConstOverflow { node: NodeId(6), value: 1e300, precision: "f32" });
-    assert!(emit(&t, &plan, &EmitOptions { precision: Precision::F64, ..EmitOptions::default() }).is_ok());
+    assert_eq!(
+        e,
+        EmitError::ConstOverflow {
+            node: NodeId(6),
+            value: 1e300,
+            precision: "f32"
+        }
+    );
+    assert!(emit(
+        &t,
+        &plan,
+        &EmitOptions {
+            precision: Precision::F64,
+            ..EmitOptions::default()
+        }
+    )
+    .is_ok());
     let mut t = tape;
     t.outputs[0].node = NodeId(999);
     assert!(emit(&t, &plan, &EmitOptions::default()).is_err());
@@ -611,7 +937,10 @@ fn tape_hash_is_the_content_hash() {
     let tape = european();
     let k = emit(&tape, &plain_plan(&tape), &EmitOptions::default()).unwrap();
     assert_eq!(k.manifest.tape_hash, crate::format::content_hash(&tape));
-    assert_ne!(crate::format::content_hash(&tape), crate::format::content_hash(&asian(1)));
+    assert_ne!(
+        crate::format::content_hash(&tape),
+        crate::format::content_hash(&asian(1))
+    );
 }
 
 #[test]

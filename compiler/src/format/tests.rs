@@ -987,7 +987,12 @@ fn corpus_tapes_round_trip() {
         assert!(is_canonical(&t), "{}", path.display());
         let text = write_text(&t);
         let bin = write_binary(&t);
-        assert_eq!(write_binary(&read(text.as_bytes()).unwrap()), bin, "{}", path.display());
+        assert_eq!(
+            write_binary(&read(text.as_bytes()).unwrap()),
+            bin,
+            "{}",
+            path.display()
+        );
         assert_eq!(write_text(&read(&bin).unwrap()), text, "{}", path.display());
     }
 }

@@ -21,8 +21,8 @@
 //! nodes receive contributions; dead nodes are never emitted.
 
 use super::{JitError, Options};
-use nablac_runtime::cpu::{entry_signature, libm_names, TEXT_CALL_CONV as CALL_CONV};
 use crate::emit::manifest::{Mode, Precision};
+use nablac_runtime::cpu::{entry_signature, libm_names, TEXT_CALL_CONV as CALL_CONV};
 // TODO(jit): read these from crate::philox once branch `record` is on main (they are the same numbers).
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;
@@ -32,12 +32,12 @@ use crate::plan::Activity;
 use crate::tape::{BinaryOp, DrawKind, Node, NodeId, Tape, UnaryOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, BlockArg, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder, MemFlagsData,
-    Signature, UserFuncName, Value,
+    types, AbiParam, BlockArg, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
+    MemFlagsData, Signature, UserFuncName, Value,
 };
 use cranelift_codegen::isa::TargetFrontendConfig;
-use target_lexicon::PointerWidth;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use target_lexicon::PointerWidth;
 
 /// Constants defined once in the entry block (so the text stays short), in the kernel precision.
 struct K {
@@ -85,7 +85,12 @@ impl Ctx<'_> {
 }
 
 /// Philox4x32-10 of `counter` under the precomputed round keys, as CLIF (TAPE-FORMAT.md, Draws).
-fn philox(b: &mut FunctionBuilder, (m0, m1): (Value, Value), keys: &[(Value, Value)], counter: [Value; 4]) -> [Value; 4] {
+fn philox(
+    b: &mut FunctionBuilder,
+    (m0, m1): (Value, Value),
+    keys: &[(Value, Value)],
+    counter: [Value; 4],
+) -> [Value; 4] {
     let [mut c0, mut c1, mut c2, mut c3] = counter;
     for &(k0, k1) in keys {
         let hi0 = b.ins().umulhi(m0, c0);
@@ -218,18 +223,34 @@ impl Adjoints {
             return;
         }
         let old = self.get(a);
-        let new = if plus { b.ins().fadd(old, c) } else { b.ins().fsub(old, c) };
+        let new = if plus {
+            b.ins().fadd(old, c)
+        } else {
+            b.ins().fsub(old, c)
+        };
         self.adj[a.index()] = Some(new);
     }
 
     /// `adj[a] += d` when `cond`, unchanged otherwise (the branch of max/min, without a branch).
-    fn acc_if(&mut self, cx: &Ctx, b: &mut FunctionBuilder, a: NodeId, d: Value, cond: Value, when: bool) {
+    fn acc_if(
+        &mut self,
+        cx: &Ctx,
+        b: &mut FunctionBuilder,
+        a: NodeId,
+        d: Value,
+        cond: Value,
+        when: bool,
+    ) {
         if !cx.active[a.index()] {
             return;
         }
         let old = self.get(a);
         let sum = b.ins().fadd(old, d);
-        let new = if when { b.ins().select(cond, sum, old) } else { b.ins().select(cond, old, sum) };
+        let new = if when {
+            b.ins().select(cond, sum, old)
+        } else {
+            b.ins().select(cond, old, sum)
+        };
         self.adj[a.index()] = Some(new);
     }
 }
@@ -242,7 +263,10 @@ fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]
     if !cx.active[out.index()] {
         return greeks;
     }
-    let mut t = Adjoints { adj: vec![None; cx.tape.len()], zero };
+    let mut t = Adjoints {
+        adj: vec![None; cx.tape.len()],
+        zero,
+    };
     t.adj[out.index()] = Some(cx.k.one);
     let v = |id: NodeId| val[id.index()].expect("live nodes have values");
     for i in (0..=out.index()).rev() {
@@ -335,7 +359,12 @@ fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]
 }
 
 /// Lowers a verified tape to the CPU block function (see the `jit` module doc for the ABI).
-pub(super) fn lower(tape: &Tape, activity: &Activity, opts: &Options, name: &str) -> Result<Function, JitError> {
+pub(super) fn lower(
+    tape: &Tape,
+    activity: &Activity,
+    opts: &Options,
+    name: &str,
+) -> Result<Function, JitError> {
     let n = tape.len();
     let (ty, precision) = match opts.precision {
         Precision::F64 => (types::F64, Precision::F64),
@@ -401,7 +430,15 @@ pub(super) fn lower(tape: &Tape, activity: &Activity, opts: &Options, name: &str
         m1: b.ins().iconst(types::I32, i64::from(M1)),
         stream: [b.ins().iconst(types::I32, 0), b.ins().iconst(types::I32, 1)],
     };
-    let cx = Ctx { k, precision, exp, log, cos, tape, active: &activity.active };
+    let cx = Ctx {
+        k,
+        precision,
+        exp,
+        log,
+        cos,
+        tape,
+        active: &activity.active,
+    };
     let flags = MemFlagsData::trusted();
     let mut val: Vec<Option<Value>> = vec![None; n];
     let seed_lo = b.ins().ireduce(types::I32, seed);
@@ -426,7 +463,13 @@ pub(super) fn lower(tape: &Tape, activity: &Activity, opts: &Options, name: &str
         });
     }
     let zero64 = b.ins().iconst(types::I64, 0);
-    b.ins().brif(count, body, &[BlockArg::Value(zero64), BlockArg::Value(out)], exit, &[]);
+    b.ins().brif(
+        count,
+        body,
+        &[BlockArg::Value(zero64), BlockArg::Value(out)],
+        exit,
+        &[],
+    );
 
     b.switch_to_block(body);
     let bp = b.block_params(body).to_vec();
@@ -463,7 +506,13 @@ pub(super) fn lower(tape: &Tape, activity: &Activity, opts: &Options, name: &str
     let next = b.ins().iadd_imm_u(idx, 1);
     let next_row = b.ins().iadd_imm_u(row, row_bytes);
     let more = b.ins().icmp(IntCC::UnsignedLessThan, next, count);
-    b.ins().brif(more, body, &[BlockArg::Value(next), BlockArg::Value(next_row)], exit, &[]);
+    b.ins().brif(
+        more,
+        body,
+        &[BlockArg::Value(next), BlockArg::Value(next_row)],
+        exit,
+        &[],
+    );
 
     b.switch_to_block(exit);
     b.ins().return_(&[]);

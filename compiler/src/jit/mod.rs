@@ -91,7 +91,10 @@ fn check(tape: &Tape, activity: &Activity) -> Result<(), JitError> {
     let n = tape.len();
     let err = |rule, place: String| Err(JitError::Tape { rule, place });
     if activity.active.len() != n || activity.live.len() != n {
-        return err("the activity tables cover every node", format!("{} nodes", n));
+        return err(
+            "the activity tables cover every node",
+            format!("{} nodes", n),
+        );
     }
     if tape.outputs.is_empty() {
         return err("a tape has at least one output", "outputs".into());
@@ -109,7 +112,12 @@ fn check(tape: &Tape, activity: &Activity) -> Result<(), JitError> {
         match *node {
             Node::Input(k) => match input_node.get_mut(k as usize) {
                 Some(seen) if !*seen => *seen = true,
-                _ => return err("each input index is used by exactly one input node", format!("%{i}")),
+                _ => {
+                    return err(
+                        "each input index is used by exactly one input node",
+                        format!("%{i}"),
+                    )
+                }
             },
             Node::Const(k) if k as usize >= tape.consts.len() => {
                 return err("const index in range", format!("%{i}"))
@@ -118,11 +126,17 @@ fn check(tape: &Tape, activity: &Activity) -> Result<(), JitError> {
         }
     }
     if let Some(k) = input_node.iter().position(|s| !s) {
-        return err("each input index is used by exactly one input node", format!("input {k}"));
+        return err(
+            "each input index is used by exactly one input node",
+            format!("input {k}"),
+        );
     }
     for o in &tape.outputs {
         if o.node.index() >= n || !activity.live[o.node.index()] {
-            return err("outputs name live nodes in range", format!("output {}", o.name));
+            return err(
+                "outputs name live nodes in range",
+                format!("output {}", o.name),
+            );
         }
     }
     for (i, node) in tape.nodes.iter().enumerate() {
@@ -201,7 +215,11 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &Options) -> Result<Kernel, JitError
 }
 
 /// [`emit`] from the activity table alone (all the CPU code needs of a plan).
-pub fn emit_with_activity(tape: &Tape, activity: &Activity, opts: &Options) -> Result<Kernel, JitError> {
+pub fn emit_with_activity(
+    tape: &Tape,
+    activity: &Activity,
+    opts: &Options,
+) -> Result<Kernel, JitError> {
     check(tape, activity)?;
     let manifest = manifest(tape, opts);
     let function = lower::lower(tape, activity, opts, &manifest.entry_point)?;
@@ -211,5 +229,9 @@ pub fn emit_with_activity(tape: &Tape, activity: &Activity, opts: &Options) -> R
         source.push_str(line.split_once("  ; ").map_or(line, |(code, _)| code));
         source.push('\n');
     }
-    Ok(Kernel { source, manifest, function })
+    Ok(Kernel {
+        source,
+        manifest,
+        function,
+    })
 }

@@ -22,7 +22,10 @@ impl B {
     }
     fn input(&mut self, name: &str, v: f64) -> NodeId {
         let k = self.t.inputs.len() as u32;
-        self.t.inputs.push(Input { name: name.into(), value: v });
+        self.t.inputs.push(Input {
+            name: name.into(),
+            value: v,
+        });
         self.push(Node::Input(k))
     }
     fn c(&mut self, x: f64) -> NodeId {
@@ -43,7 +46,10 @@ impl B {
         self.push(Node::Unary(op, a))
     }
     fn out(&mut self, name: &str, n: NodeId) {
-        self.t.outputs.push(Output { name: name.into(), node: n });
+        self.t.outputs.push(Output {
+            name: name.into(),
+            node: n,
+        });
     }
     fn finish(mut self) -> Tape {
         self.t.n_draws = self.t.draws_used();
@@ -140,7 +146,12 @@ fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     for _ in 0..10 {
         let p0 = u64::from(0xD251_1F53u32) * u64::from(c0);
         let p1 = u64::from(0xCD9E_8D57u32) * u64::from(c2);
-        (c0, c1, c2, c3) = ((p1 >> 32) as u32 ^ c1 ^ k0, p1 as u32, (p0 >> 32) as u32 ^ c3 ^ k1, p0 as u32);
+        (c0, c1, c2, c3) = (
+            (p1 >> 32) as u32 ^ c1 ^ k0,
+            p1 as u32,
+            (p0 >> 32) as u32 ^ c3 ^ k1,
+            p0 as u32,
+        );
         k0 = k0.wrapping_add(0x9E37_79B9);
         k1 = k1.wrapping_add(0xBB67_AE85);
     }
@@ -148,11 +159,20 @@ fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 }
 
 fn block(seed: u64, path: u64, k: u32, stream: u32) -> [u32; 4] {
-    philox([k, path as u32, (path >> 32) as u32, stream], [seed as u32, (seed >> 32) as u32])
+    philox(
+        [k, path as u32, (path >> 32) as u32, stream],
+        [seed as u32, (seed >> 32) as u32],
+    )
 }
 
-trait Real: Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self> + std::ops::Div<Output = Self> + std::ops::Neg<Output = Self>
+trait Real:
+    Copy
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
 {
     fn of(x: f64) -> Self;
     fn f64(self) -> f64;
@@ -187,7 +207,10 @@ impl Real for f64 {
         let x = block(seed, path, k, 0);
         let a = ((u64::from(x[0]) << 32) | u64::from(x[1])) >> 11;
         let b = ((u64::from(x[2]) << 32) | u64::from(x[3])) >> 11;
-        let (u1, u2) = ((a as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0), b as f64 * (1.0 / 9_007_199_254_740_992.0));
+        let (u1, u2) = (
+            (a as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0),
+            b as f64 * (1.0 / 9_007_199_254_740_992.0),
+        );
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
     fn uniform(seed: u64, path: u64, k: u32) -> Self {
@@ -379,7 +402,14 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
     a == b || (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-300) || (a.is_nan() && b.is_nan())
 }
 
-fn check_against_reference(tape: &Tape, mode: Mode, precision: Precision, paths: std::ops::Range<u64>, seed: u64, rel: f64) {
+fn check_against_reference(
+    tape: &Tape,
+    mode: Mode,
+    precision: Precision,
+    paths: std::ops::Range<u64>,
+    seed: u64,
+    rel: f64,
+) {
     let (_, c) = kernel(tape, opts(mode, precision));
     let inputs: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
     let count = (paths.end - paths.start) as usize;
@@ -393,7 +423,10 @@ fn check_against_reference(tape: &Tape, mode: Mode, precision: Precision, paths:
         let got = &out[j * row..(j + 1) * row];
         assert_eq!(got.len(), want.len());
         for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(close(*g, *w, rel), "path {p} sum {s}: jit {g:e} reference {w:e} ({precision:?} {mode:?})");
+            assert!(
+                close(*g, *w, rel),
+                "path {p} sum {s}: jit {g:e} reference {w:e} ({precision:?} {mode:?})"
+            );
         }
     }
 }
@@ -438,18 +471,34 @@ fn draws_equal_the_rust_reference_bit_for_bit() {
     let tape = b.finish();
     for precision in [Precision::F64, Precision::F32] {
         let (_, c) = kernel(&tape, opts(Mode::Price, precision));
-        for (seed, first) in [(0u64, 0u64), (42, 1000), (0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3000), (u64::MAX, (1 << 32) - 3)] {
+        for (seed, first) in [
+            (0u64, 0u64),
+            (42, 1000),
+            (0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3000),
+            (u64::MAX, (1 << 32) - 3),
+        ] {
             let out = run_rows(&c, &[], seed, first, 8);
             for j in 0..8u64 {
                 let p = first.wrapping_add(j);
                 for (o, k) in [0u32, 1, 7, 1000].iter().enumerate() {
                     let (z, u) = match precision {
                         Precision::F64 => (f64::normal(seed, p, *k), f64::uniform(seed, p, *k)),
-                        Precision::F32 => (f32::normal(seed, p, *k).f64(), f32::uniform(seed, p, *k).f64()),
+                        Precision::F32 => (
+                            f32::normal(seed, p, *k).f64(),
+                            f32::uniform(seed, p, *k).f64(),
+                        ),
                     };
                     let r = &out[j as usize * 16..];
-                    assert_eq!(r[4 * o].to_bits(), z.to_bits(), "{precision:?} normal {k} seed {seed} path {p}");
-                    assert_eq!(r[4 * o + 2].to_bits(), u.to_bits(), "{precision:?} uniform {k} seed {seed} path {p}");
+                    assert_eq!(
+                        r[4 * o].to_bits(),
+                        z.to_bits(),
+                        "{precision:?} normal {k} seed {seed} path {p}"
+                    );
+                    assert_eq!(
+                        r[4 * o + 2].to_bits(),
+                        u.to_bits(),
+                        "{precision:?} uniform {k} seed {seed} path {p}"
+                    );
                 }
             }
         }
@@ -492,10 +541,35 @@ fn greeks_by_hand() {
     b.out("spot_again", spot);
     let tape = b.finish();
     let (k, c) = kernel(&tape, opts(Mode::Reverse, Precision::F64));
-    assert_eq!(k.manifest.sums, ["value:y", "value_sq:y", "greek:y:spot", "greek:y:strike", "greek:y:vol", "value:spot_again", "value_sq:spot_again", "greek:spot_again:spot", "greek:spot_again:strike", "greek:spot_again:vol"]);
+    assert_eq!(
+        k.manifest.sums,
+        [
+            "value:y",
+            "value_sq:y",
+            "greek:y:spot",
+            "greek:y:strike",
+            "greek:y:vol",
+            "value:spot_again",
+            "value_sq:spot_again",
+            "greek:spot_again:spot",
+            "greek:spot_again:strike",
+            "greek:spot_again:vol"
+        ]
+    );
     let out = run_rows(&c, &[2.0, 3.0, 0.5], 1, 0, 2);
     let ex = 0.5f64.exp();
-    let row = [2.0 * ex + 3.0, (2.0 * ex + 3.0) * (2.0 * ex + 3.0), ex, 1.0, 2.0 * ex, 2.0, 4.0, 1.0, 0.0, 0.0];
+    let row = [
+        2.0 * ex + 3.0,
+        (2.0 * ex + 3.0) * (2.0 * ex + 3.0),
+        ex,
+        1.0,
+        2.0 * ex,
+        2.0,
+        4.0,
+        1.0,
+        0.0,
+        0.0,
+    ];
     assert_eq!(&out[..10], &row);
     assert_eq!(&out[10..], &row, "no draws: every path is the same");
     // A tie in max goes to the first argument: at spot = strike = 3, d/dspot gets it.
@@ -511,7 +585,12 @@ fn emission_is_deterministic_and_self_describing() {
     let a = emit_with_activity(&tape, &act, &o).unwrap();
     let b = emit_with_activity(&tape.clone(), &act, &o).unwrap();
     assert_eq!(a.source, b.source);
-    assert!(a.source.starts_with("function %nablac_cpu_reverse_f64(i64, i64, i64, i64, i64) system_v {"), "{}", &a.source[..200]);
+    assert!(
+        a.source
+            .starts_with("function %nablac_cpu_reverse_f64(i64, i64, i64, i64, i64) system_v {"),
+        "{}",
+        &a.source[..200]
+    );
     for f in ["%exp", "%log", "%cos", "umulhi"] {
         assert!(a.source.contains(f), "{f} missing");
     }
@@ -522,9 +601,15 @@ fn emission_is_deterministic_and_self_describing() {
     assert_eq!(m.input_defaults, [100.0, 100.0, 0.2, 0.05, 1.0]);
     assert_eq!(m.outputs, ["price"]);
     assert_eq!(m.sums.len(), 7);
-    assert_eq!(m.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["inputs", "seed", "first_path", "count", "out"]);
+    assert_eq!(
+        m.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["inputs", "seed", "first_path", "count", "out"]
+    );
     assert_eq!(m.params[0].ty, "ptr<f64>");
-    assert_eq!((m.segments, m.checkpoint, m.draws, m.persistent), (1, Checkpoint::Off, 4, 6));
+    assert_eq!(
+        (m.segments, m.checkpoint, m.draws, m.persistent),
+        (1, Checkpoint::Off, 4, 6)
+    );
     assert_eq!(m.tape_hash.len(), 64);
     assert_eq!(m.tape_hash, crate::format::content_hash(&tape));
     assert_ne!(m.tape_hash, crate::format::content_hash(&asian(5)));
@@ -538,20 +623,31 @@ fn emission_is_deterministic_and_self_describing() {
 }
 
 fn plan_with(tape: &Tape, segments: Vec<Segment>) -> Plan {
-    let cuts = segments.iter().skip(1).map(|s| NodeId(s.range.start)).collect::<Vec<_>>();
+    let cuts = segments
+        .iter()
+        .skip(1)
+        .map(|s| NodeId(s.range.start))
+        .collect::<Vec<_>>();
     let count = segments.len();
     Plan {
         activity: crate::passes::activity(tape),
         liveness: crate::passes::liveness(tape),
         segments: SegmentPlan {
-            strategy: if count > 1 { Checkpoint::Registers } else { Checkpoint::Off },
+            strategy: if count > 1 {
+                Checkpoint::Registers
+            } else {
+                Checkpoint::Off
+            },
             crossing: vec![0; cuts.len()],
             cuts,
             segments,
             persistent: vec![],
             scratch_slots: vec![],
         },
-        opacity: OpacityPlan { opaque_reads: vec![vec![]; count], rekey: vec![false; count] },
+        opacity: OpacityPlan {
+            opaque_reads: vec![vec![]; count],
+            rekey: vec![false; count],
+        },
     }
 }
 
@@ -560,7 +656,11 @@ fn plain_and_checkpointed_plans_give_the_same_code() {
     // TODO(jit): build both plans with crate::passes::plan once branch `passes` is on main.
     let tape = asian(8);
     let n = tape.len() as u32;
-    let seg = |r: std::ops::Range<u32>| Segment { range: r, bookmarks: vec![], draws: vec![] };
+    let seg = |r: std::ops::Range<u32>| Segment {
+        range: r,
+        bookmarks: vec![],
+        draws: vec![],
+    };
     let plain = plan_with(&tape, vec![seg(0..n)]);
     let ckpt = plan_with(&tape, vec![seg(0..20), seg(20..40), seg(40..n)]);
     let _: &Liveness = &plain.liveness;
@@ -572,8 +672,14 @@ fn plain_and_checkpointed_plans_give_the_same_code() {
     let inputs: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
     let ca = cpu::load(&a.source, &a.manifest).unwrap();
     let cb = cpu::load(&b.source, &b.manifest).unwrap();
-    let (ra, rb) = (run_rows(&ca, &inputs, 3, 0, 50), run_rows(&cb, &inputs, 3, 0, 50));
-    assert_eq!(ra.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), rb.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let (ra, rb) = (
+        run_rows(&ca, &inputs, 3, 0, 50),
+        run_rows(&cb, &inputs, 3, 0, 50),
+    );
+    assert_eq!(
+        ra.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        rb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -593,7 +699,10 @@ fn dead_and_inactive_nodes_are_not_emitted() {
     let out = run_rows(&c, &[1.5], 7, 0, 3);
     for p in 0..3 {
         let z = f64::normal(7, p, 0);
-        assert_eq!(&out[p as usize * 3..p as usize * 3 + 3], &[1.5 * z, 1.5 * z * (1.5 * z), z]);
+        assert_eq!(
+            &out[p as usize * 3..p as usize * 3 + 3],
+            &[1.5 * z, 1.5 * z * (1.5 * z), z]
+        );
     }
 }
 
@@ -601,40 +710,89 @@ fn dead_and_inactive_nodes_are_not_emitted() {
 fn bad_tapes_are_errors_not_panics() {
     let mut t = asian(2);
     t.nodes[20] = Node::Binary(BinaryOp::Add, NodeId(25), NodeId(0));
-    let act = Activity { active: vec![true; t.len()], live: vec![true; t.len()] };
+    let act = Activity {
+        active: vec![true; t.len()],
+        live: vec![true; t.len()],
+    };
     let e = emit_with_activity(&t, &act, &opts(Mode::Reverse, Precision::F64)).unwrap_err();
-    assert_eq!(e.to_string(), "tape not lowerable to CPU code: arguments point backwards (at %20)");
+    assert_eq!(
+        e.to_string(),
+        "tape not lowerable to CPU code: arguments point backwards (at %20)"
+    );
     let mut t = asian(2);
     t.outputs.clear();
-    let e = emit_with_activity(&t, &crate::passes::activity(&t), &opts(Mode::Price, Precision::F64)).unwrap_err();
-    assert!(matches!(e, JitError::Tape { rule: "a tape has at least one output", .. }));
+    let e = emit_with_activity(
+        &t,
+        &crate::passes::activity(&t),
+        &opts(Mode::Price, Precision::F64),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        e,
+        JitError::Tape {
+            rule: "a tape has at least one output",
+            ..
+        }
+    ));
     let t = asian(2);
-    let short = Activity { active: vec![true; 3], live: vec![true; 3] };
+    let short = Activity {
+        active: vec![true; 3],
+        live: vec![true; 3],
+    };
     assert!(emit_with_activity(&t, &short, &opts(Mode::Price, Precision::F64)).is_err());
     let mut t = asian(2);
     t.nodes[3] = Node::Const(99);
-    assert!(emit_with_activity(&t, &crate::passes::activity(&t), &opts(Mode::Price, Precision::F64)).is_err());
+    assert!(emit_with_activity(
+        &t,
+        &crate::passes::activity(&t),
+        &opts(Mode::Price, Precision::F64)
+    )
+    .is_err());
     let mut t = asian(2);
     t.nodes[4] = Node::Input(0);
-    let e = emit_with_activity(&t, &crate::passes::activity(&t), &opts(Mode::Price, Precision::F64)).unwrap_err();
+    let e = emit_with_activity(
+        &t,
+        &crate::passes::activity(&t),
+        &opts(Mode::Price, Precision::F64),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("exactly one input node"), "{e}");
 }
 
 #[test]
 fn the_loader_refuses_foreign_code() {
     let tape = asian(2);
-    let k = emit_with_activity(&tape, &crate::passes::activity(&tape), &opts(Mode::Price, Precision::F64)).unwrap();
+    let k = emit_with_activity(
+        &tape,
+        &crate::passes::activity(&tape),
+        &opts(Mode::Price, Precision::F64),
+    )
+    .unwrap();
     let err = |src: &str, m: &Manifest| cpu::load(src, m).unwrap_err().to_string();
-    assert!(err(&k.source.replace("%exp", "%system"), &k.manifest).contains("import %system is not one of"));
-    let sig = k.source.replace("sig0 = (f64) -> f64 system_v", "sig0 = (f64) -> f32 system_v");
+    assert!(err(&k.source.replace("%exp", "%system"), &k.manifest)
+        .contains("import %system is not one of"));
+    let sig = k.source.replace(
+        "sig0 = (f64) -> f64 system_v",
+        "sig0 = (f64) -> f32 system_v",
+    );
     assert_ne!(sig, k.source);
     assert!(err(&sig, &k.manifest).contains("has signature"));
-    let entry = k.source.replace("(i64, i64, i64, i64, i64) system_v {", "(i64, i64, i64, i64) system_v {");
+    let entry = k.source.replace(
+        "(i64, i64, i64, i64, i64) system_v {",
+        "(i64, i64, i64, i64) system_v {",
+    );
     assert!(err(&entry, &k.manifest).contains("entry signature"));
     // Valid syntax, invalid IR: Cranelift's verifier speaks.
-    let ir = k.source.replacen("    return\n", "    v9000 = fadd.f64 v0, v0\n    return\n", 1);
+    let ir = k.source.replacen(
+        "    return\n",
+        "    v9000 = fadd.f64 v0, v0\n    return\n",
+        1,
+    );
     assert_ne!(ir, k.source);
-    assert!(err(&ir, &k.manifest).contains("does not parse") || err(&ir, &k.manifest).contains("compiling"));
+    assert!(
+        err(&ir, &k.manifest).contains("does not parse")
+            || err(&ir, &k.manifest).contains("compiling")
+    );
     assert!(err(&k.source.replace("%exp", "%expf"), &k.manifest).contains("not one of"));
     assert!(err("function %f() {\nblock0:\n  return\n}", &k.manifest).contains("entry point"));
     assert!(err("garbage", &k.manifest).contains("does not parse"));
@@ -655,21 +813,58 @@ fn runtime_fixtures_are_current() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/tests/data");
     let bless = std::env::var_os("NABLAC_BLESS").is_some();
     let cases = [
-        ("asian16_reverse_f64", asian(16), Mode::Reverse, Precision::F64),
-        ("asian16_reverse_f32", asian(16), Mode::Reverse, Precision::F32),
-        ("asian252_price_f64", asian(252), Mode::Price, Precision::F64),
-        ("asian252_reverse_f64", asian(252), Mode::Reverse, Precision::F64),
+        (
+            "asian16_reverse_f64",
+            asian(16),
+            Mode::Reverse,
+            Precision::F64,
+        ),
+        (
+            "asian16_reverse_f32",
+            asian(16),
+            Mode::Reverse,
+            Precision::F32,
+        ),
+        (
+            "asian252_price_f64",
+            asian(252),
+            Mode::Price,
+            Precision::F64,
+        ),
+        (
+            "asian252_reverse_f64",
+            asian(252),
+            Mode::Reverse,
+            Precision::F64,
+        ),
     ];
     for (name, tape, mode, precision) in cases {
-        let k = emit_with_activity(&tape, &crate::passes::activity(&tape), &opts(mode, precision)).unwrap();
+        let k = emit_with_activity(
+            &tape,
+            &crate::passes::activity(&tape),
+            &opts(mode, precision),
+        )
+        .unwrap();
         let json = serde_json::to_string_pretty(&k.manifest).unwrap() + "\n";
-        let (src, man) = (dir.join(format!("{name}.clif")), dir.join(format!("{name}.clif.json")));
+        let (src, man) = (
+            dir.join(format!("{name}.clif")),
+            dir.join(format!("{name}.clif.json")),
+        );
         if bless {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(&src, &k.source).unwrap();
             std::fs::write(&man, &json).unwrap();
         }
-        assert!(std::fs::read_to_string(&src).unwrap() == k.source, "{} is stale (NABLAC_BLESS=1)", src.display());
-        assert_eq!(std::fs::read_to_string(&man).unwrap(), json, "{} is stale", man.display());
+        assert!(
+            std::fs::read_to_string(&src).unwrap() == k.source,
+            "{} is stale (NABLAC_BLESS=1)",
+            src.display()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&man).unwrap(),
+            json,
+            "{} is stale",
+            man.display()
+        );
     }
 }

@@ -32,8 +32,14 @@ mod tests {
         // %0 = input x; %1 = const; %2 = normal 0; %3 = mul %1 %2 (inactive, live);
         // %4 = add %0 %3 (active, live); %5 = exp %0 (active, dead)
         let tape = Tape {
-            inputs: vec![Input { name: "x".into(), value: 1.0 }],
-            outputs: vec![Output { name: "y".into(), node: NodeId(4) }],
+            inputs: vec![Input {
+                name: "x".into(),
+                value: 1.0,
+            }],
+            outputs: vec![Output {
+                name: "y".into(),
+                node: NodeId(4),
+            }],
             consts: vec![2.0],
             nodes: vec![
                 Node::Input(0),

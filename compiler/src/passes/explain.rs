@@ -2,7 +2,9 @@
 //! table ([`explain_text`]), a picture ([`explain_svg`]) and a full listing ([`plan_listing`], what
 //! the plan snapshots hold). Everything here is deterministic: same tape and plan, same bytes.
 
-use super::{alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain};
+use super::{
+    alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
+};
 use crate::plan::{Checkpoint, Plan};
 use crate::tape::{NodeId, Tape};
 use plotters::prelude::*;
@@ -30,7 +32,12 @@ pub fn explain(tape: &Tape, plan: &Plan) -> Explain {
     let sp = &plan.segments;
     Explain {
         nodes: tape.len() as u32,
-        active: act.active.iter().zip(&act.live).filter(|(a, l)| **a && **l).count() as u32,
+        active: act
+            .active
+            .iter()
+            .zip(&act.live)
+            .filter(|(a, l)| **a && **l)
+            .count() as u32,
         segments: sp.segments.len() as u32,
         cuts: sp.cuts.iter().map(|c| c.0).collect(),
         crossing: sp.crossing.clone(),
@@ -71,7 +78,11 @@ pub fn explain_text(tape: &Tape, plan: &Plan) -> String {
         "seg", "nodes", "len", "crossing", "bookmarks", "draws", "opaque"
     );
     for (i, seg) in sp.segments.iter().enumerate() {
-        let crossing = if i == 0 { "-".to_string() } else { sp.crossing[i - 1].to_string() };
+        let crossing = if i == 0 {
+            "-".to_string()
+        } else {
+            sp.crossing[i - 1].to_string()
+        };
         let opaque = plan.opacity.opaque_reads.get(i).map_or(0, |r| r.len());
         let _ = writeln!(
             s,
@@ -103,21 +114,52 @@ pub fn plan_listing(tape: &Tape, plan: &Plan) -> String {
     let sp = &plan.segments;
     let mut s = String::new();
     let e = explain(tape, plan);
-    let _ = writeln!(s, "nodes {}  active {}  strategy {}", e.nodes, e.active, strategy_name(sp.strategy));
-    let dead: Vec<NodeId> = tape.ids().filter(|v| !plan.activity.live[v.index()]).collect();
+    let _ = writeln!(
+        s,
+        "nodes {}  active {}  strategy {}",
+        e.nodes,
+        e.active,
+        strategy_name(sp.strategy)
+    );
+    let dead: Vec<NodeId> = tape
+        .ids()
+        .filter(|v| !plan.activity.live[v.index()])
+        .collect();
     let _ = writeln!(s, "dead {}", ids(&dead));
     let _ = writeln!(s, "cuts {}", ids(&sp.cuts));
     let _ = writeln!(s, "crossing {:?}", sp.crossing);
-    let _ = writeln!(s, "persistent ({}) {}", sp.persistent.len(), ids(&sp.persistent));
-    let _ = writeln!(s, "scratch_slots ({}) {}", sp.scratch_slots.len(), ids(&sp.scratch_slots));
-    let _ = writeln!(s, "max_live plain {}  checkpointed {}", e.max_live_plain, e.max_live_checkpointed);
+    let _ = writeln!(
+        s,
+        "persistent ({}) {}",
+        sp.persistent.len(),
+        ids(&sp.persistent)
+    );
+    let _ = writeln!(
+        s,
+        "scratch_slots ({}) {}",
+        sp.scratch_slots.len(),
+        ids(&sp.scratch_slots)
+    );
+    let _ = writeln!(
+        s,
+        "max_live plain {}  checkpointed {}",
+        e.max_live_plain, e.max_live_checkpointed
+    );
     for (i, seg) in sp.segments.iter().enumerate() {
         let _ = writeln!(s, "segment {i} %{}..%{}", seg.range.start, seg.range.end);
         let _ = writeln!(s, "  bookmarks {}", ids(&seg.bookmarks));
         let _ = writeln!(s, "  draws {}", ids(&seg.draws));
         let empty = Vec::new();
-        let _ = writeln!(s, "  opaque {}", ids(plan.opacity.opaque_reads.get(i).unwrap_or(&empty)));
-        let _ = writeln!(s, "  rekey {}", plan.opacity.rekey.get(i).copied().unwrap_or(false));
+        let _ = writeln!(
+            s,
+            "  opaque {}",
+            ids(plan.opacity.opaque_reads.get(i).unwrap_or(&empty))
+        );
+        let _ = writeln!(
+            s,
+            "  rekey {}",
+            plan.opacity.rekey.get(i).copied().unwrap_or(false)
+        );
     }
     s
 }
@@ -141,7 +183,9 @@ pub fn explain_svg(tape: &Tape, plan: &Plan) -> String {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn draw_svg(
@@ -179,7 +223,10 @@ fn draw_svg(
             .map_err(|e| err(&e))?;
         for &c in cuts {
             chart
-                .draw_series(LineSeries::new([(c, 0), (c, ytop)], RGBColor(170, 170, 170)))
+                .draw_series(LineSeries::new(
+                    [(c, 0), (c, ytop)],
+                    RGBColor(170, 170, 170),
+                ))
                 .map_err(|e| err(&e))?;
         }
         let red = RGBColor(200, 40, 40);
@@ -190,7 +237,10 @@ fn draw_svg(
                 red.stroke_width(2),
             ))
             .map_err(|e| err(&e))?
-            .label(format!("plain (max {})", plain.iter().max().copied().unwrap_or(0)))
+            .label(format!(
+                "plain (max {})",
+                plain.iter().max().copied().unwrap_or(0)
+            ))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], red));
         if segments > 1 {
             chart

@@ -41,10 +41,19 @@ mod tests {
         // %0 = input a; %1 = input b; %2 = mul %0 %1; %3 = exp %2; %4 = add %3 %0
         let tape = Tape {
             inputs: vec![
-                Input { name: "a".into(), value: 1.0 },
-                Input { name: "b".into(), value: 2.0 },
+                Input {
+                    name: "a".into(),
+                    value: 1.0,
+                },
+                Input {
+                    name: "b".into(),
+                    value: 2.0,
+                },
             ],
-            outputs: vec![Output { name: "y".into(), node: NodeId(4) }],
+            outputs: vec![Output {
+                name: "y".into(),
+                node: NodeId(4),
+            }],
             consts: vec![],
             nodes: vec![
                 Node::Input(0),

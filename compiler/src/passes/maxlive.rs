@@ -42,7 +42,10 @@ struct Sim {
 
 impl Sim {
     fn new() -> Self {
-        Sim { values: Vec::new(), pos: Vec::new() }
+        Sim {
+            values: Vec::new(),
+            pos: Vec::new(),
+        }
     }
     /// Starts a step attributed to `pos`; returns its index.
     fn step(&mut self, pos: u32) -> usize {
@@ -182,12 +185,20 @@ fn checkpointed_sim(tape: &Tape, plan: &Plan) -> Sim {
 
 /// The most forward values the plain kernel holds at once (the module doc defines it).
 pub fn max_live_plain(tape: &Tape, activity: &Activity) -> u32 {
-    plain_sim(tape, activity).alive().into_iter().max().unwrap_or(0)
+    plain_sim(tape, activity)
+        .alive()
+        .into_iter()
+        .max()
+        .unwrap_or(0)
 }
 
 /// The most forward values the plan's kernel holds at once (equal to the plain one for S = 1).
 pub fn max_live_checkpointed(tape: &Tape, plan: &Plan) -> u32 {
-    checkpointed_sim(tape, plan).alive().into_iter().max().unwrap_or(0)
+    checkpointed_sim(tape, plan)
+        .alive()
+        .into_iter()
+        .max()
+        .unwrap_or(0)
 }
 
 /// Per node position, the most values the plain kernel holds at a step attributed to it.

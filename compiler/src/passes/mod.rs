@@ -24,7 +24,9 @@ mod tests;
 pub use activity::activity;
 pub use explain::{explain, explain_svg, explain_text, plan_listing, Explain};
 pub use liveness::liveness;
-pub use maxlive::{alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain};
+pub use maxlive::{
+    alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
+};
 pub use opacity::{adjoint_reads, opacity, recomputed};
 pub use pipeline::{check_plan, plan, PlanError};
 pub use segment::{choose_cuts, crossing_profile, live_last_read, segment, segment_count};

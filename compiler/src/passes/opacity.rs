@@ -41,7 +41,9 @@ pub fn recomputed(tape: &Tape, activity: &Activity, plan: &SegmentPlan, s: usize
     if !plan.is_checkpointed() {
         return Vec::new();
     }
-    let Some(seg) = plan.segments.get(s) else { return Vec::new() };
+    let Some(seg) = plan.segments.get(s) else {
+        return Vec::new();
+    };
     seg.range
         .clone()
         .map(NodeId)
@@ -58,7 +60,10 @@ pub fn recomputed(tape: &Tape, activity: &Activity, plan: &SegmentPlan, s: usize
 pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
     let count = plan.segments.len();
     if !plan.is_checkpointed() {
-        return OpacityPlan { opaque_reads: vec![Vec::new(); count], rekey: vec![false; count] };
+        return OpacityPlan {
+            opaque_reads: vec![Vec::new(); count],
+            rekey: vec![false; count],
+        };
     }
     let act = super::activity(tape);
     let is_const = |v: NodeId| matches!(tape.node(v), Node::Const(_));
@@ -75,8 +80,20 @@ pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
                 reads.extend(adjoint_reads(tape.node(v), v));
             }
         }
-        opaque_reads.push(reads.into_iter().filter(|&v| is_persistent(v) && !is_const(v)).collect());
+        opaque_reads.push(
+            reads
+                .into_iter()
+                .filter(|&v| is_persistent(v) && !is_const(v))
+                .collect(),
+        );
     }
-    let rekey = plan.segments.iter().map(|seg| !seg.draws.is_empty()).collect();
-    OpacityPlan { opaque_reads, rekey }
+    let rekey = plan
+        .segments
+        .iter()
+        .map(|seg| !seg.draws.is_empty())
+        .collect();
+    OpacityPlan {
+        opaque_reads,
+        rekey,
+    }
 }

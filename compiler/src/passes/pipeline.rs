@@ -18,7 +18,10 @@ pub struct PlanError {
 }
 
 fn fail(rule: &'static str, place: impl Into<String>) -> Result<(), PlanError> {
-    Err(PlanError { rule, place: place.into() })
+    Err(PlanError {
+        rule,
+        place: place.into(),
+    })
 }
 
 fn ensure(ok: bool, rule: &'static str, place: impl FnOnce() -> String) -> Result<(), PlanError> {
@@ -36,7 +39,12 @@ pub fn plan(tape: &Tape, opts: &SegmentOptions) -> Plan {
     let liveness = liveness(tape);
     let segments = segment(tape, &liveness, opts);
     let opacity = opacity(tape, &segments);
-    let plan = Plan { activity, liveness, segments, opacity };
+    let plan = Plan {
+        activity,
+        liveness,
+        segments,
+        opacity,
+    };
     if cfg!(debug_assertions) {
         if let Err(e) = check_plan(tape, &plan) {
             panic!("passes::plan produced a broken plan: {e}");
@@ -49,8 +57,16 @@ pub fn plan(tape: &Tape, opts: &SegmentOptions) -> Plan {
 pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     let n = tape.len();
     let is_const = |v: NodeId| matches!(tape.node(v), Node::Const(_));
-    ensure(plan.activity == activity(tape), "activity is activity(tape)", || "activity".into())?;
-    ensure(plan.liveness == liveness(tape), "liveness is liveness(tape)", || "liveness".into())?;
+    ensure(
+        plan.activity == activity(tape),
+        "activity is activity(tape)",
+        || "activity".into(),
+    )?;
+    ensure(
+        plan.liveness == liveness(tape),
+        "liveness is liveness(tape)",
+        || "liveness".into(),
+    )?;
     let live = &plan.activity.live;
     let sp = &plan.segments;
     let count = sp.segments.len();
@@ -59,25 +75,45 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     ensure(count >= 1, "at least one segment", || "segments".into())?;
     let mut next = 0u32;
     for (s, seg) in sp.segments.iter().enumerate() {
-        ensure(seg.range.start == next, "segments tile 0..n in order", || format!("segment {s}"))?;
-        ensure(seg.range.end > seg.range.start || n == 0, "segments are non-empty", || {
-            format!("segment {s}")
-        })?;
+        ensure(
+            seg.range.start == next,
+            "segments tile 0..n in order",
+            || format!("segment {s}"),
+        )?;
+        ensure(
+            seg.range.end > seg.range.start || n == 0,
+            "segments are non-empty",
+            || format!("segment {s}"),
+        )?;
         next = seg.range.end;
     }
-    ensure(next as usize == n, "segments tile 0..n in order", || "last segment".into())?;
-    ensure(sp.cuts.len() + 1 == count, "one cut between each two segments", || "cuts".into())?;
+    ensure(next as usize == n, "segments tile 0..n in order", || {
+        "last segment".into()
+    })?;
+    ensure(
+        sp.cuts.len() + 1 == count,
+        "one cut between each two segments",
+        || "cuts".into(),
+    )?;
     for (s, c) in sp.cuts.iter().enumerate() {
-        ensure(sp.segments[s + 1].range.start == c.0, "cut s is the first node of segment s+1", || {
+        ensure(
+            sp.segments[s + 1].range.start == c.0,
+            "cut s is the first node of segment s+1",
+            || format!("cut {s} = {c}"),
+        )?;
+        ensure(c.0 >= 1 && (c.0 as usize) < n, "cuts lie in 1..n-1", || {
             format!("cut {s} = {c}")
         })?;
-        ensure(c.0 >= 1 && (c.0 as usize) < n, "cuts lie in 1..n-1", || format!("cut {s} = {c}"))?;
     }
 
     // Crossings and the persistent set.
     let last = live_last_read(tape, live);
     let cross = crossing_profile(&last);
-    ensure(sp.crossing.len() == sp.cuts.len(), "one crossing count per cut", || "crossing".into())?;
+    ensure(
+        sp.crossing.len() == sp.cuts.len(),
+        "one crossing count per cut",
+        || "crossing".into(),
+    )?;
     // Each value crosses the cuts in (v, last_read(v)]: count them per cut with a difference
     // array and collect the values that cross any (O(n log S), so debug builds stay fast).
     let cut_pos: Vec<u32> = sp.cuts.iter().map(|c| c.0).collect();
@@ -96,12 +132,21 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     let mut count_here = 0i64;
     for (s, c) in sp.cuts.iter().enumerate() {
         count_here += per_cut[s];
-        ensure(count_here == sp.crossing[s] as i64, "crossing counts the values crossing the cut", || {
-            format!("cut {s} = {c}: plan says {}, tape has {count_here}", sp.crossing[s])
-        })?;
-        ensure(cross[c.0 as usize] as i64 == count_here, "crossing profile agrees", || {
-            format!("cut {s} = {c}")
-        })?;
+        ensure(
+            count_here == sp.crossing[s] as i64,
+            "crossing counts the values crossing the cut",
+            || {
+                format!(
+                    "cut {s} = {c}: plan says {}, tape has {count_here}",
+                    sp.crossing[s]
+                )
+            },
+        )?;
+        ensure(
+            cross[c.0 as usize] as i64 == count_here,
+            "crossing profile agrees",
+            || format!("cut {s} = {c}"),
+        )?;
     }
     let crossing_values: Vec<NodeId> = expect.iter().copied().collect();
     for (i, node) in tape.nodes.iter().enumerate() {
@@ -149,29 +194,46 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
         ensure(
             seg.bookmarks == bookmarks,
             "bookmarks are the persistent values before the segment that it reads",
-            || format!("segment {s}: plan {:?}, tape {:?}", seg.bookmarks, bookmarks),
+            || {
+                format!(
+                    "segment {s}: plan {:?}, tape {:?}",
+                    seg.bookmarks, bookmarks
+                )
+            },
         )?;
-        ensure(seg.draws == draws, "draws are the segment's live non-persistent draws", || {
-            format!("segment {s}")
-        })?;
+        ensure(
+            seg.draws == draws,
+            "draws are the segment's live non-persistent draws",
+            || format!("segment {s}"),
+        )?;
     }
 
     // Strategy and scratch slots.
     if count == 1 {
-        ensure(sp.strategy == Checkpoint::Off, "one segment is the plain kernel", || "strategy".into())?;
+        ensure(
+            sp.strategy == Checkpoint::Off,
+            "one segment is the plain kernel",
+            || "strategy".into(),
+        )?;
     } else {
-        ensure(sp.strategy != Checkpoint::Off, "a checkpointed plan names its strategy", || {
-            "strategy".into()
-        })?;
+        ensure(
+            sp.strategy != Checkpoint::Off,
+            "a checkpointed plan names its strategy",
+            || "strategy".into(),
+        )?;
     }
     if sp.strategy == Checkpoint::Scratch {
-        ensure(sp.scratch_slots == crossing_values, "scratch slots are the crossing values", || {
-            "scratch_slots".into()
-        })?;
+        ensure(
+            sp.scratch_slots == crossing_values,
+            "scratch slots are the crossing values",
+            || "scratch_slots".into(),
+        )?;
     } else {
-        ensure(sp.scratch_slots.is_empty(), "only the scratch strategy has slots", || {
-            "scratch_slots".into()
-        })?;
+        ensure(
+            sp.scratch_slots.is_empty(),
+            "only the scratch strategy has slots",
+            || "scratch_slots".into(),
+        )?;
     }
 
     // Opacity: a reverse block reads persistent values only through its opaque reads.
@@ -191,7 +253,11 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     }
     for (s, seg) in sp.segments.iter().enumerate() {
         let reads = &op.opaque_reads[s];
-        ensure(reads.windows(2).all(|w| w[0] < w[1]), "opaque reads ascend", || format!("segment {s}"))?;
+        ensure(
+            reads.windows(2).all(|w| w[0] < w[1]),
+            "opaque reads ascend",
+            || format!("segment {s}"),
+        )?;
         for &r in reads {
             ensure(
                 is_persistent(r) && !is_const(r),
@@ -199,12 +265,15 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
                 || format!("segment {s}, {r}"),
             )?;
         }
-        ensure(op.rekey[s] != seg.draws.is_empty(), "a block that regenerates draws re-keys", || {
-            format!("segment {s}")
-        })?;
+        ensure(
+            op.rekey[s] != seg.draws.is_empty(),
+            "a block that regenerates draws re-keys",
+            || format!("segment {s}"),
+        )?;
         let rec = recomputed(tape, &plan.activity, sp, s);
-        let available =
-            |v: NodeId| is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok();
+        let available = |v: NodeId| {
+            is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok()
+        };
         // Every persistent value the block reads is read opaquely, and nothing else is.
         let mut used = BTreeSet::new();
         for &v in &rec {
@@ -216,7 +285,10 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
                 used.extend(adjoint_reads(tape.node(v), v));
             }
         }
-        let used: Vec<NodeId> = used.into_iter().filter(|&v| is_persistent(v) && !is_const(v)).collect();
+        let used: Vec<NodeId> = used
+            .into_iter()
+            .filter(|&v| is_persistent(v) && !is_const(v))
+            .collect();
         ensure(
             *reads == used,
             "opaque reads are exactly the persistent values the reverse block reads",

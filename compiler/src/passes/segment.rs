@@ -158,7 +158,8 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
         let k = cuts.partition_point(|&c| (c as usize) <= v);
         k < cuts.len() && cuts[k] <= l
     };
-    let mut persistent_set: BTreeSet<u32> = (0..n).filter(|&v| crosses(v)).map(|v| v as u32).collect();
+    let mut persistent_set: BTreeSet<u32> =
+        (0..n).filter(|&v| crosses(v)).map(|v| v as u32).collect();
     let crossing_values: Vec<NodeId> = persistent_set.iter().map(|&v| NodeId(v)).collect();
     for (i, node) in tape.nodes.iter().enumerate() {
         if matches!(node, Node::Input(_)) {
@@ -200,13 +201,25 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
                     draws.push(NodeId(i));
                 }
             }
-            Segment { range: start..end, bookmarks: bookmarks.into_iter().collect(), draws }
+            Segment {
+                range: start..end,
+                bookmarks: bookmarks.into_iter().collect(),
+                draws,
+            }
         })
         .collect::<Vec<_>>();
 
     let checkpointed = segments.len() > 1;
-    let strategy = if checkpointed { opts.strategy } else { Checkpoint::Off };
-    let scratch_slots = if strategy == Checkpoint::Scratch { crossing_values } else { Vec::new() };
+    let strategy = if checkpointed {
+        opts.strategy
+    } else {
+        Checkpoint::Off
+    };
+    let scratch_slots = if strategy == Checkpoint::Scratch {
+        crossing_values
+    } else {
+        Vec::new()
+    };
     SegmentPlan {
         strategy,
         segments,
@@ -240,22 +253,48 @@ mod tests {
         assert_eq!(choose_cuts(&[0, 0, 9, 9, 9, 9, 0], 6, 5), [1, 2, 3, 4]);
         // n = 10, S = 3: targets 3 and 6, window 1; a cheap spot at 4 is taken by the first cut,
         // so the second cut searches 5..=7.
-        assert_eq!(choose_cuts(&[0, 9, 9, 9, 0, 9, 9, 2, 9, 9, 0], 10, 3), [4, 7]);
+        assert_eq!(
+            choose_cuts(&[0, 9, 9, 9, 0, 9, 9, 2, 9, 9, 0], 10, 3),
+            [4, 7]
+        );
         assert!(choose_cuts(&[0, 0], 1, 1).is_empty());
         assert!(choose_cuts(&[0], 0, 1).is_empty());
     }
 
     #[test]
     fn segment_counts() {
-        let o = |strategy, segments, seg_len| SegmentOptions { strategy, segments, ckpt_nodes: 768, seg_len };
-        assert_eq!(segment_count(1536, &o(Checkpoint::Registers, None, None)), 16);
+        let o = |strategy, segments, seg_len| SegmentOptions {
+            strategy,
+            segments,
+            ckpt_nodes: 768,
+            seg_len,
+        };
+        assert_eq!(
+            segment_count(1536, &o(Checkpoint::Registers, None, None)),
+            16
+        );
         assert_eq!(segment_count(767, &o(Checkpoint::Registers, None, None)), 1);
-        assert_eq!(segment_count(768, &o(Checkpoint::Registers, None, None)), 16);
-        assert_eq!(segment_count(10, &o(Checkpoint::Registers, Some(32), None)), 10);
+        assert_eq!(
+            segment_count(768, &o(Checkpoint::Registers, None, None)),
+            16
+        );
+        assert_eq!(
+            segment_count(10, &o(Checkpoint::Registers, Some(32), None)),
+            10
+        );
         assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, None, None)), 8);
-        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, None, Some(100))), 16);
-        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, Some(3), Some(100))), 3);
+        assert_eq!(
+            segment_count(1536, &o(Checkpoint::Scratch, None, Some(100))),
+            16
+        );
+        assert_eq!(
+            segment_count(1536, &o(Checkpoint::Scratch, Some(3), Some(100))),
+            3
+        );
         assert_eq!(segment_count(1536, &o(Checkpoint::Off, Some(3), None)), 1);
-        assert_eq!(segment_count(0, &o(Checkpoint::Registers, Some(3), None)), 1);
+        assert_eq!(
+            segment_count(0, &o(Checkpoint::Registers, Some(3), None)),
+            1
+        );
     }
 }

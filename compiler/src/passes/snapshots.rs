@@ -29,16 +29,30 @@ fn check(name: &str, tape: &Tape, opts: &SegmentOptions) {
 
 #[test]
 fn plan_snapshots() {
-    let registers = |segments| SegmentOptions { segments, ..SegmentOptions::default() };
-    let scratch =
-        SegmentOptions { strategy: Checkpoint::Scratch, seg_len: Some(20), ..SegmentOptions::default() };
+    let registers = |segments| SegmentOptions {
+        segments,
+        ..SegmentOptions::default()
+    };
+    let scratch = SegmentOptions {
+        strategy: Checkpoint::Scratch,
+        seg_len: Some(20),
+        ..SegmentOptions::default()
+    };
     check("asian8_default", &asian(8), &SegmentOptions::default());
     check("asian8_registers_4", &asian(8), &registers(Some(4)));
     check("asian8_scratch_seg20", &asian(8), &scratch);
     check("european_default", &european(), &SegmentOptions::default());
     check("european_registers_3", &european(), &registers(Some(3)));
-    check("barrier4_registers_3", &product(Product::Barrier, Some(4)), &registers(Some(3)));
-    check("basket3_registers_2", &product(Product::Basket, Some(2)), &registers(Some(2)));
+    check(
+        "barrier4_registers_3",
+        &product(Product::Barrier, Some(4)),
+        &registers(Some(3)),
+    );
+    check(
+        "basket3_registers_2",
+        &product(Product::Basket, Some(2)),
+        &registers(Some(2)),
+    );
 }
 
 /// The shared corpus (`crate::corpus`): every case at each of its sidecar's segment counts,
@@ -46,7 +60,8 @@ fn plan_snapshots() {
 /// `corpus_<case>_s<S>_scratch` (the names the kernel snapshots use).
 #[test]
 fn corpus_plan_snapshots() {
-    let cases = crate::corpus::load(&crate::corpus::dir()).unwrap_or_else(|e| panic!("corpus: {e}"));
+    let cases =
+        crate::corpus::load(&crate::corpus::dir()).unwrap_or_else(|e| panic!("corpus: {e}"));
     assert!(!cases.is_empty(), "the corpus tests/in/*.ntape is empty");
     for case in &cases {
         for &s in &case.options.segments {
@@ -55,9 +70,21 @@ fn corpus_plan_snapshots() {
                 strategies.push(Checkpoint::Scratch);
             }
             for strategy in strategies {
-                let opts = SegmentOptions { strategy, segments: Some(s), ..SegmentOptions::default() };
-                let suffix = if strategy == Checkpoint::Scratch { "_scratch" } else { "" };
-                check(&format!("corpus_{}_s{s}{suffix}", case.name), &case.tape, &opts);
+                let opts = SegmentOptions {
+                    strategy,
+                    segments: Some(s),
+                    ..SegmentOptions::default()
+                };
+                let suffix = if strategy == Checkpoint::Scratch {
+                    "_scratch"
+                } else {
+                    ""
+                };
+                check(
+                    &format!("corpus_{}_s{s}{suffix}", case.name),
+                    &case.tape,
+                    &opts,
+                );
             }
         }
     }

@@ -8,11 +8,18 @@ use crate::testing::arb_tape;
 use proptest::prelude::*;
 
 fn opts(segments: Option<u32>) -> SegmentOptions {
-    SegmentOptions { segments, ..SegmentOptions::default() }
+    SegmentOptions {
+        segments,
+        ..SegmentOptions::default()
+    }
 }
 
 fn scratch(seg_len: Option<u32>) -> SegmentOptions {
-    SegmentOptions { strategy: Checkpoint::Scratch, seg_len, ..SegmentOptions::default() }
+    SegmentOptions {
+        strategy: Checkpoint::Scratch,
+        seg_len,
+        ..SegmentOptions::default()
+    }
 }
 
 fn ids(v: &[u32]) -> Vec<NodeId> {
@@ -51,7 +58,10 @@ fn asian_252_sixteen_segments_in_detail() {
     assert_eq!(sp.segments[1].draws.len(), 16);
     assert_eq!(sp.segments[1].draws[0], NodeId(99));
     // The inputs, the output, %11, %13 and two chain values per cut.
-    assert_eq!(&sp.persistent[..9], &ids(&[0, 1, 2, 3, 4, 11, 13, 92, 97])[..]);
+    assert_eq!(
+        &sp.persistent[..9],
+        &ids(&[0, 1, 2, 3, 4, 11, 13, 92, 97])[..]
+    );
     assert_eq!(*sp.persistent.last().unwrap(), NodeId(1535));
     assert!(sp.scratch_slots.is_empty());
     // Opacity: every reverse block re-keys (all have draws) and reads its bookmarks opaquely;
@@ -89,13 +99,26 @@ fn default_switch_and_knobs() {
     let long = asian(252);
     let short = asian(100); // 624 nodes
     assert_eq!(short.len(), 624);
-    assert_eq!(plan(&short, &SegmentOptions::default()).segments.segments.len(), 1);
-    let lowered = SegmentOptions { ckpt_nodes: 600, ..SegmentOptions::default() };
+    assert_eq!(
+        plan(&short, &SegmentOptions::default())
+            .segments
+            .segments
+            .len(),
+        1
+    );
+    let lowered = SegmentOptions {
+        ckpt_nodes: 600,
+        ..SegmentOptions::default()
+    };
     assert_eq!(plan(&short, &lowered).segments.segments.len(), 16);
     assert_eq!(plan(&short, &opts(Some(5))).segments.segments.len(), 5);
     assert_eq!(plan(&long, &opts(Some(1))).segments.segments.len(), 1);
     assert_eq!(plan(&long, &opts(Some(0))).segments.segments.len(), 1);
-    let off = SegmentOptions { strategy: Checkpoint::Off, segments: Some(8), ..SegmentOptions::default() };
+    let off = SegmentOptions {
+        strategy: Checkpoint::Off,
+        segments: Some(8),
+        ..SegmentOptions::default()
+    };
     let p = plan(&long, &off);
     assert_eq!(p.segments.segments.len(), 1);
     assert_eq!(p.segments.strategy, Checkpoint::Off);
@@ -117,9 +140,15 @@ fn scratch_strategy_fills_slots() {
     assert!(sp.scratch_slots.contains(&NodeId(1)));
     assert_eq!(plan(&t, &scratch(Some(100))).segments.segments.len(), 16);
     assert_eq!(plan(&t, &scratch(Some(2000))).segments.segments.len(), 1);
-    assert!(plan(&t, &scratch(Some(2000))).segments.scratch_slots.is_empty());
+    assert!(plan(&t, &scratch(Some(2000)))
+        .segments
+        .scratch_slots
+        .is_empty());
     // seg_len 0 is read as 1; S is then reduced to n.
-    assert_eq!(plan(&european(), &scratch(Some(0))).segments.segments.len(), 24);
+    assert_eq!(
+        plan(&european(), &scratch(Some(0))).segments.segments.len(),
+        24
+    );
 }
 
 // ---- small hand-checked cases ----
@@ -127,8 +156,14 @@ fn scratch_strategy_fills_slots() {
 /// %0 = input x; %1 = exp %0; %2 = mul %1 %0; output %2.
 fn tiny() -> Tape {
     Tape {
-        inputs: vec![Input { name: "x".into(), value: 1.0 }],
-        outputs: vec![Output { name: "y".into(), node: NodeId(2) }],
+        inputs: vec![Input {
+            name: "x".into(),
+            value: 1.0,
+        }],
+        outputs: vec![Output {
+            name: "y".into(),
+            node: NodeId(2),
+        }],
         consts: vec![],
         nodes: vec![
             Node::Input(0),
@@ -160,7 +195,10 @@ fn more_segments_than_nodes_is_reduced() {
     assert_eq!(p.segments.persistent, ids(&[0, 1, 2]));
     // Everything persists, so nothing is recomputed; a block reads opaquely what its adjoint
     // rules read (the input's block reads nothing; exp reads its result; mul both arguments).
-    assert_eq!(p.opacity.opaque_reads, vec![vec![], ids(&[1]), ids(&[0, 1])]);
+    assert_eq!(
+        p.opacity.opaque_reads,
+        vec![vec![], ids(&[1]), ids(&[0, 1])]
+    );
     assert_eq!(p.opacity.rekey, vec![false; 3]);
     // Held at once: x, e, m, then the copies of the reverse blocks.
     assert_eq!(max_live_checkpointed(&t, &p), 3);
@@ -177,8 +215,14 @@ fn dead_nodes_never_cross() {
     nodes.push(Node::Unary(UnaryOp::Log, NodeId(1)));
     nodes.push(Node::Binary(BinaryOp::Add, NodeId(9), NodeId(0)));
     let t = Tape {
-        inputs: vec![Input { name: "x".into(), value: 1.0 }],
-        outputs: vec![Output { name: "y".into(), node: NodeId(11) }],
+        inputs: vec![Input {
+            name: "x".into(),
+            value: 1.0,
+        }],
+        outputs: vec![Output {
+            name: "y".into(),
+            node: NodeId(11),
+        }],
         consts: vec![],
         nodes,
         n_draws: 0,
@@ -206,7 +250,10 @@ fn one_segment_is_the_plain_plan() {
     assert_eq!(sp.segments[0].draws, ids(&[12]));
     assert_eq!(p.opacity.opaque_reads, vec![Vec::<NodeId>::new()]);
     assert_eq!(p.opacity.rekey, vec![false]);
-    assert_eq!(max_live_checkpointed(&t, &p), max_live_plain(&t, &p.activity));
+    assert_eq!(
+        max_live_checkpointed(&t, &p),
+        max_live_plain(&t, &p.activity)
+    );
 }
 
 #[test]
@@ -243,8 +290,14 @@ fn check_plan_rejects_broken_plans() {
             }),
         ),
         ("rekey", Box::new(|p| p.opacity.rekey[0] = false)),
-        ("scratch", Box::new(|p| p.segments.scratch_slots.push(NodeId(0)))),
-        ("strategy", Box::new(|p| p.segments.strategy = Checkpoint::Off)),
+        (
+            "scratch",
+            Box::new(|p| p.segments.scratch_slots.push(NodeId(0))),
+        ),
+        (
+            "strategy",
+            Box::new(|p| p.segments.strategy = Checkpoint::Off),
+        ),
         ("activity", Box::new(|p| p.activity.live[3] = false)),
     ];
     for (what, f) in broken {
@@ -303,7 +356,10 @@ fn explain_text_and_svg() {
     );
     assert_eq!(lines.len(), 2 + 16 + 1);
     assert!(lines[18].starts_with("crossing: values crossing the cut"));
-    assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["0", "%0..%98", "98", "-", "0", "14", "6"]);
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        ["0", "%0..%98", "98", "-", "0", "14", "6"]
+    );
     assert_eq!(
         lines[3].split_whitespace().collect::<Vec<_>>(),
         ["1", "%98..%194", "96", "7", "4", "16", "4"]
@@ -341,8 +397,12 @@ fn crosses(t: &Tape, live: &[bool], v: usize, c: usize) -> bool {
     if !live[v] || matches!(t.nodes[v], Node::Const(_)) || v >= c {
         return false;
     }
-    let read_late =
-        t.nodes.iter().enumerate().skip(c).any(|(i, node)| live[i] && node.args().any(|a| a.index() == v));
+    let read_late = t
+        .nodes
+        .iter()
+        .enumerate()
+        .skip(c)
+        .any(|(i, node)| live[i] && node.args().any(|a| a.index() == v));
     read_late || t.outputs.iter().any(|o| o.node.index() == v)
 }
 
@@ -462,6 +522,12 @@ fn long_tapes_and_many_segments_stay_fast() {
 #[ignore = "prints the explain table"]
 fn print_explain_text() {
     let t = asian(252);
-    println!("{}", explain_text(&t, &plan(&t, &SegmentOptions::default())));
-    println!("{}", explain_text(&european(), &plan(&european(), &SegmentOptions::default())));
+    println!(
+        "{}",
+        explain_text(&t, &plan(&t, &SegmentOptions::default()))
+    );
+    println!(
+        "{}",
+        explain_text(&european(), &plan(&european(), &SegmentOptions::default()))
+    );
 }

@@ -1,0 +1,355 @@
+//! The CUDA backend: runs emitted CUDA kernels (compiler/src/emit, the ABI) through `cudarc`.
+//!
+//! Contract: libcuda and libnvrtc are loaded at run time; [`open`] checks they exist first and
+//! returns "CUDA driver (libcuda.so) not found" (or the NVRTC equivalent) instead of panicking.
+//! [`Device::load`] compiles with NVRTC using the manifest's `compile_options` (e.g.
+//! `--fmad=false`) plus `--gpu-architecture=compute_XY` of the device; the PTX is cached
+//! (`gpu::cache`) on (source, device name + capability, options). [`Device::run_range`] returns
+//! one `PartialSums` per manifest sum, as the Vulkan backend does.
+
+use crate::gpu::{self, cache, GpuError};
+use crate::manifest::{Checkpoint, Manifest, Precision, Target};
+use crate::report::PartialSums;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use std::ops::Range;
+use std::sync::Arc;
+
+const DRIVER: &str = "CUDA";
+
+/// An opened CUDA device (ordinal 0 unless `open_ordinal`).
+pub struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    arch: (i32, i32),
+}
+
+/// A loaded kernel function and its manifest.
+pub struct Kernel {
+    manifest: Manifest,
+    func: CudaFunction,
+    _module: Arc<cudarc::driver::CudaModule>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cuda::Kernel({})", self.manifest.entry_point)
+    }
+}
+
+impl Kernel {
+    /// The manifest the kernel was loaded with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+}
+
+/// True when both libcuda and libnvrtc can be loaded (never panics).
+pub fn libraries_present() -> Result<(), GpuError> {
+    // SAFETY: these only try to dlopen the libraries.
+    let cuda = std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() })
+        .unwrap_or(false);
+    if !cuda {
+        return Err(GpuError::Unavailable(
+            "CUDA driver (libcuda.so) not found".into(),
+        ));
+    }
+    let nvrtc = std::panic::catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() })
+        .unwrap_or(false);
+    if !nvrtc {
+        return Err(GpuError::Unavailable(
+            "NVRTC (libnvrtc.so) not found: install the CUDA toolkit's nvrtc".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens CUDA device 0 and proves it with a tiny launch.
+pub fn open() -> Result<Device, GpuError> {
+    open_ordinal(0)
+}
+
+/// Opens CUDA device `ordinal`; errors say which library or device is missing.
+pub fn open_ordinal(ordinal: usize) -> Result<Device, GpuError> {
+    libraries_present()?;
+    let drv = |what: &str, e: String| GpuError::Driver {
+        driver: DRIVER,
+        device: format!("device {ordinal}"),
+        what: what.into(),
+        message: e,
+    };
+    let count = catch(CudaContext::device_count)
+        .map_err(|e| drv("cuDeviceGetCount", e))?
+        .map_err(|e| drv("cuDeviceGetCount", e.to_string()))?;
+    if count <= ordinal as i32 {
+        return Err(GpuError::Unavailable(format!(
+            "CUDA: no device {ordinal} ({count} devices)"
+        )));
+    }
+    let ctx = catch(|| CudaContext::new(ordinal))
+        .map_err(|e| drv("cuCtxCreate", e))?
+        .map_err(|e| drv("cuCtxCreate", e.to_string()))?;
+    let name = ctx
+        .name()
+        .unwrap_or_else(|_| format!("CUDA device {ordinal}"));
+    let arch = ctx
+        .compute_capability()
+        .map_err(|e| drv("cuDeviceGetAttribute", e.to_string()))?;
+    let stream = ctx.default_stream();
+    let dev = Device {
+        ctx,
+        stream,
+        name,
+        arch,
+    };
+    dev.probe()?;
+    Ok(dev)
+}
+
+fn catch<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
+    std::panic::catch_unwind(f).map_err(|p| {
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panicked".into())
+    })
+}
+
+const PROBE_CU: &str = r#"extern "C" __global__ void nb_probe(const double* inputs, double* partials,
+    unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned f, unsigned zero)
+{ partials[0] = inputs[0] * 2.0 + (double)zero; }
+"#;
+
+impl Device {
+    /// "device name (sm_XY)", as errors print it.
+    pub fn describe(&self) -> String {
+        format!("{} (sm_{}{})", self.name, self.arch.0, self.arch.1)
+    }
+
+    fn err(&self, what: &str, e: impl std::fmt::Display) -> GpuError {
+        GpuError::Driver {
+            driver: DRIVER,
+            device: self.describe(),
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+
+    fn probe(&self) -> Result<(), GpuError> {
+        let ptx = self.compile(PROBE_CU, "nb_probe", &[])?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| self.err("cuModuleLoadData (probe)", e))?;
+        let func = module
+            .load_function("nb_probe")
+            .map_err(|e| self.err("cuModuleGetFunction (probe)", e))?;
+        let input = self
+            .stream
+            .clone_htod(&[1.25f64][..])
+            .map_err(|e| self.err("cuMemcpyHtoD", e))?;
+        let mut out = self
+            .stream
+            .alloc_zeros::<f64>(1)
+            .map_err(|e| self.err("cuMemAlloc", e))?;
+        let z = 0u32;
+        let mut b = self.stream.launch_builder(&func);
+        b.arg(&input).arg(&mut out);
+        for _ in 0..7 {
+            b.arg(&z);
+        }
+        // SAFETY: the argument list matches the probe kernel's signature.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(|e| self.err("probe launch", e))?;
+        let got = self
+            .stream
+            .clone_dtoh(&out)
+            .map_err(|e| self.err("cuMemcpyDtoH", e))?;
+        if got != [2.5] {
+            return Err(self.err("probe launch", format!("wrote {got:?}, expected [2.5]")));
+        }
+        Ok(())
+    }
+
+    fn compile(&self, source: &str, entry: &str, options: &[String]) -> Result<String, GpuError> {
+        let mut opts = options.to_vec();
+        opts.push(format!(
+            "--gpu-architecture=compute_{}{}",
+            self.arch.0, self.arch.1
+        ));
+        let key = cache::key("ptx", &self.describe(), &opts, source);
+        if let Some(b) = cache::get(&key, "ptx") {
+            if let Ok(s) = String::from_utf8(b) {
+                return Ok(s);
+            }
+        }
+        let co = cudarc::nvrtc::CompileOptions {
+            options: opts.clone(),
+            name: Some(format!("{entry}.cu")),
+            ..Default::default()
+        };
+        let src = source.to_string();
+        let ptx = catch(move || cudarc::nvrtc::compile_ptx_with_opts(src, co))
+            .map_err(|e| GpuError::Compile {
+                compiler: "NVRTC",
+                device: self.describe(),
+                entry: entry.into(),
+                log: e,
+            })?
+            .map_err(|e| {
+                let log = match &e {
+                    cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                        let l = log.to_string_lossy();
+                        l.lines()
+                            .find(|x| x.contains("error"))
+                            .unwrap_or(l.trim())
+                            .to_string()
+                    }
+                    other => format!("{other:?}"),
+                };
+                GpuError::Compile {
+                    compiler: "NVRTC",
+                    device: self.describe(),
+                    entry: entry.into(),
+                    log,
+                }
+            })?;
+        let text = ptx.to_src();
+        cache::put(&key, "ptx", text.as_bytes());
+        Ok(text)
+    }
+
+    /// Compiles `source` (target `cuda`) with NVRTC (cached) and loads its entry point.
+    pub fn load(&self, source: &str, manifest: &Manifest) -> Result<Kernel, GpuError> {
+        if manifest.target != Target::Cuda {
+            return Err(GpuError::Launch(format!(
+                "the CUDA backend runs CUDA kernels, not {}",
+                manifest.target.name()
+            )));
+        }
+        let ptx = self.compile(source, &manifest.entry_point, &manifest.compile_options)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| self.err("cuModuleLoadData", e))?;
+        let func = module
+            .load_function(&manifest.entry_point)
+            .map_err(|e| self.err(&format!("cuModuleGetFunction({})", manifest.entry_point), e))?;
+        Ok(Kernel {
+            manifest: manifest.clone(),
+            func,
+            _module: module,
+        })
+    }
+
+    /// Runs paths `range` of a `paths`-path run under `seed`; one `PartialSums` per manifest sum.
+    pub fn run_range(
+        &self,
+        k: &Kernel,
+        inputs: &[f64],
+        seed: u64,
+        paths: u64,
+        range: Range<u64>,
+    ) -> Result<Vec<PartialSums>, GpuError> {
+        let m = &k.manifest;
+        gpu::input_bytes(m, inputs)?;
+        let dispatches =
+            gpu::plan_dispatches(m.workgroup_size, paths, &range, gpu::MAX_PATHS_PER_DISPATCH)?;
+        let mut parts = Vec::new();
+        match m.precision {
+            Precision::F32 => {
+                let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
+                let dev = self
+                    .stream
+                    .clone_htod(&v[..])
+                    .map_err(|e| self.err("cuMemcpyHtoD", e))?;
+                for d in dispatches {
+                    parts.push((d, self.launch::<f32>(k, &dev, d, paths, seed)?));
+                }
+            }
+            Precision::F64 => {
+                let dev = self
+                    .stream
+                    .clone_htod(inputs)
+                    .map_err(|e| self.err("cuMemcpyHtoD", e))?;
+                for d in dispatches {
+                    parts.push((d, self.launch::<f64>(k, &dev, d, paths, seed)?));
+                }
+            }
+        }
+        gpu::assemble(m, paths, &parts)
+    }
+
+    fn launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        k: &Kernel,
+        inputs: &CudaSlice<T>,
+        d: gpu::Dispatch,
+        paths: u64,
+        seed: u64,
+    ) -> Result<Vec<f64>, GpuError> {
+        let m = &k.manifest;
+        let n = d.groups as usize * m.sums.len();
+        let mut partials = self
+            .stream
+            .alloc_zeros::<f64>(n.max(1))
+            .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
+        let invocations = d.groups * m.workgroup_size;
+        let scratch_len = if m.checkpoint == Checkpoint::Scratch {
+            m.scratch_slots_per_path as usize * invocations as usize
+        } else {
+            0
+        };
+        let mut scratch = self
+            .stream
+            .alloc_zeros::<T>(scratch_len.max(1))
+            .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
+        let words = gpu::scalars(d.base, paths, seed);
+        let mut b = self.stream.launch_builder(&k.func);
+        b.arg(inputs).arg(&mut partials);
+        for w in &words {
+            b.arg(w);
+        }
+        if m.checkpoint == Checkpoint::Scratch {
+            b.arg(&mut scratch).arg(&invocations);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (d.groups, 1, 1),
+            block_dim: (m.workgroup_size, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list is the ABI of compiler/src/emit (the manifest's params).
+        unsafe { b.launch(cfg) }.map_err(|e| {
+            self.err(
+                &format!("launch of {} groups at path {}", d.groups, d.base),
+                e,
+            )
+        })?;
+        let mut out = self
+            .stream
+            .clone_dtoh(&partials)
+            .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))?;
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn absence_is_a_clean_error() {
+        // On a machine without CUDA this is the error path; with CUDA it must open or say why.
+        match super::open() {
+            Ok(d) => assert!(!d.describe().is_empty()),
+            Err(e) => assert!(!e.to_string().is_empty(), "{e}"),
+        }
+    }
+}

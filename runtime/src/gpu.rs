@@ -1,0 +1,308 @@
+//! What the GPU backends (Vulkan, CUDA) share: the error type, how a path range becomes
+//! dispatches, how group partials become [`PartialSums`], and the compiled-kernel cache.
+//!
+//! Contract (compiler/src/emit/mod.rs is the kernel ABI): a launch covers paths
+//! `[path_base, path_base + groups * WG)` with `path_base` a multiple of 1024 (hence of WG);
+//! `partials[group * n_sums + s]` is the pairwise sum `S(path_base + group * WG, WG)` of sum `s`,
+//! so each group is one aligned block of the run's summation tree and the blocks rebuild, through
+//! `PartialSums::from_blocks`, the single-run bits whatever the chunking.
+
+use crate::manifest::{Manifest, Precision};
+use crate::report::{Block, PartialSums, ReportError};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The most paths one dispatch covers (the ABI's limit).
+pub const MAX_PATHS_PER_DISPATCH: u64 = 1 << 27;
+
+/// Why a GPU backend could not open, compile or run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpuError {
+    /// The driver or a tool is not installed (the backend is unusable here, not broken).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A driver call failed.
+    #[error("{driver} on {device}: {what} failed: {message}")]
+    Driver {
+        driver: &'static str,
+        device: String,
+        what: String,
+        message: String,
+    },
+    /// The kernel did not compile.
+    #[error("{compiler} could not compile kernel {entry} for {device}: {log}")]
+    Compile {
+        compiler: &'static str,
+        device: String,
+        entry: String,
+        log: String,
+    },
+    /// The caller asked for something the kernel ABI cannot do.
+    #[error("invalid launch: {0}")]
+    Launch(String),
+    /// The group partials did not form valid partial sums.
+    #[error("partial sums: {0}")]
+    Report(#[from] ReportError),
+}
+
+/// One dispatch: `groups` workgroups starting at path `base`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    pub base: u64,
+    pub groups: u32,
+}
+
+/// Splits `range` of a `paths`-path run into dispatches of at most `max_paths` paths each.
+/// Guarantees: every base is a multiple of 1024; the dispatches cover exactly `range` (the last
+/// group may run past `range.end` only when `range.end == paths`, where the kernel adds 0).
+pub fn plan_dispatches(
+    wg: u32,
+    paths: u64,
+    range: &Range<u64>,
+    max_paths: u64,
+) -> Result<Vec<Dispatch>, GpuError> {
+    let bad = |m: String| Err(GpuError::Launch(m));
+    if !wg.is_power_of_two() || wg > 1024 {
+        return bad(format!(
+            "workgroup size {wg} is not a power of two in 1..=1024"
+        ));
+    }
+    if paths == 0 || range.start >= range.end || range.end > paths {
+        return bad(format!(
+            "range {range:?} is empty or not inside the run's {paths} paths"
+        ));
+    }
+    if !range.start.is_multiple_of(1024) {
+        return bad(format!(
+            "range start {} is not a multiple of 1024",
+            range.start
+        ));
+    }
+    if range.end != paths && !range.end.is_multiple_of(wg as u64) {
+        return bad(format!("range end {} is neither the run's end ({paths}) nor a multiple of the workgroup size {wg}", range.end));
+    }
+    let chunk = (max_paths.min(MAX_PATHS_PER_DISPATCH) / 1024) * 1024;
+    if chunk == 0 {
+        return bad(format!(
+            "the device allows only {max_paths} paths per dispatch (fewer than 1024)"
+        ));
+    }
+    let mut out = Vec::new();
+    let mut base = range.start;
+    while base < range.end {
+        let n = (range.end - base).min(chunk);
+        out.push(Dispatch {
+            base,
+            groups: n.div_ceil(wg as u64) as u32,
+        });
+        base += n;
+    }
+    Ok(out)
+}
+
+/// The 7 u32 scalars of the ABI for a dispatch at `base` of a `paths`-path run under `seed`.
+pub fn scalars(base: u64, paths: u64, seed: u64) -> [u32; 7] {
+    [
+        base as u32,
+        (base >> 32) as u32,
+        paths as u32,
+        (paths >> 32) as u32,
+        seed as u32,
+        (seed >> 32) as u32,
+        0,
+    ]
+}
+
+/// The inputs buffer's bytes in the kernel's precision; fails unless there is one value per input.
+pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuError> {
+    if inputs.len() != manifest.inputs.len() {
+        return Err(GpuError::Launch(format!(
+            "{} input values for the kernel's {} inputs",
+            inputs.len(),
+            manifest.inputs.len()
+        )));
+    }
+    Ok(match manifest.precision {
+        Precision::F32 => inputs
+            .iter()
+            .flat_map(|&x| (x as f32).to_ne_bytes())
+            .collect(),
+        Precision::F64 => inputs.iter().flat_map(|&x| x.to_ne_bytes()).collect(),
+    })
+}
+
+/// Turns each dispatch's partials (`groups * n_sums` f64s) into one `PartialSums` per sum.
+/// A group block longer than the run's tree root (a run of fewer than WG paths) is taken as the
+/// root block: the kernel's padding adds `+0.0`s, which change nothing but the sign of a `-0.0` total.
+pub fn assemble(
+    manifest: &Manifest,
+    paths: u64,
+    parts: &[(Dispatch, Vec<f64>)],
+) -> Result<Vec<PartialSums>, GpuError> {
+    let n_sums = manifest.sums.len();
+    let wg = manifest.workgroup_size as u64;
+    let log2 = wg
+        .trailing_zeros()
+        .min(paths.next_power_of_two().trailing_zeros());
+    let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
+    for (d, partials) in parts {
+        if partials.len() != d.groups as usize * n_sums {
+            return Err(GpuError::Launch(format!(
+                "{} partials for {} groups of {n_sums} sums",
+                partials.len(),
+                d.groups
+            )));
+        }
+        for g in 0..d.groups as usize {
+            let start = d.base + g as u64 * wg;
+            if start >= paths {
+                continue; // a whole group past the run's end holds only padding
+            }
+            for (s, b) in blocks.iter_mut().enumerate() {
+                b.push(Block {
+                    start,
+                    log2_len: log2,
+                    sum: partials[g * n_sums + s],
+                });
+            }
+        }
+    }
+    Ok(blocks
+        .iter()
+        .map(|b| PartialSums::from_blocks(paths, b))
+        .collect::<Result<_, _>>()?)
+}
+
+/// The compiled-kernel cache: in memory and on disk, keyed on SHA-256 of (kind, device, options,
+/// source). Disk writes are atomic (write a unique temp file, then rename); a disk that cannot be
+/// written only costs a recompile. The directory is `$NABLAC_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/nablac`, else `$HOME/.cache/nablac`; `NABLAC_CACHE_DIR=off` disables the disk.
+pub mod cache {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    static MEMORY: Mutex<BTreeMap<String, Vec<u8>>> = Mutex::new(BTreeMap::new());
+
+    /// The cache key: lower-case hex SHA-256 over the length-prefixed parts.
+    pub fn key(kind: &str, device: &str, options: &[String], source: &str) -> String {
+        let mut h = Sha256::new();
+        for part in [kind, device]
+            .into_iter()
+            .chain(options.iter().map(|s| s.as_str()))
+            .chain([source])
+        {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The disk directory, or None when disabled or unknown.
+    pub fn dir() -> Option<PathBuf> {
+        match std::env::var_os("NABLAC_CACHE_DIR") {
+            Some(d) if d == "off" => None,
+            Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+            _ => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|d| !d.is_empty())
+                .map(|d| PathBuf::from(d).join("nablac"))
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("nablac"))
+                }),
+        }
+    }
+
+    /// The cached bytes for `key` (memory first, then disk), if any.
+    pub fn get(key: &str, ext: &str) -> Option<Vec<u8>> {
+        if let Some(v) = MEMORY.lock().ok()?.get(key) {
+            return Some(v.clone());
+        }
+        let bytes = std::fs::read(dir()?.join(format!("{key}.{ext}"))).ok()?;
+        if bytes.is_empty() {
+            return None;
+        }
+        if let Ok(mut m) = MEMORY.lock() {
+            m.insert(key.to_string(), bytes.clone());
+        }
+        Some(bytes)
+    }
+
+    /// Stores `bytes` under `key` in memory and (best effort, atomically) on disk.
+    pub fn put(key: &str, ext: &str, bytes: &[u8]) {
+        if let Ok(mut m) = MEMORY.lock() {
+            m.insert(key.to_string(), bytes.to_vec());
+        }
+        let Some(d) = dir() else { return };
+        if std::fs::create_dir_all(&d).is_err() {
+            return;
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_nanos());
+        let tmp = d.join(format!(".{key}.{}.{nanos}.tmp", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok()
+            && std::fs::rename(&tmp, d.join(format!("{key}.{ext}"))).is_ok()
+        {
+            return;
+        }
+        let _ = std::fs::remove_file(&tmp);
+    }
+
+    /// Forgets the in-memory entries (tests use it to force the disk path).
+    pub fn clear_memory() {
+        if let Ok(mut m) = MEMORY.lock() {
+            m.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatches_tile_the_range() {
+        let d = plan_dispatches(128, 5000, &(1024..5000), 2048).unwrap();
+        assert_eq!(
+            d,
+            vec![
+                Dispatch {
+                    base: 1024,
+                    groups: 16
+                },
+                Dispatch {
+                    base: 3072,
+                    groups: 16
+                }
+            ]
+        );
+        assert!(plan_dispatches(128, 5000, &(1000..5000), 4096).is_err());
+        assert!(plan_dispatches(128, 5000, &(0..1000), 4096).is_err());
+        assert!(plan_dispatches(128, 5000, &(0..0), 4096).is_err());
+        assert_eq!(
+            plan_dispatches(128, 5000, &(0..1024), 1 << 40).unwrap(),
+            vec![Dispatch { base: 0, groups: 8 }]
+        );
+    }
+
+    #[test]
+    fn scalars_split_words() {
+        assert_eq!(
+            scalars(0x1_0000_0400, 0x2_0000_0001, 0xdead_beef_0000_0007),
+            [0x400, 1, 1, 2, 7, 0xdead_beef, 0]
+        );
+    }
+
+    #[test]
+    fn cache_roundtrips_through_disk() {
+        let dir = std::env::temp_dir().join(format!("nablac-cache-test-{}", std::process::id()));
+        std::env::set_var("NABLAC_CACHE_DIR", &dir);
+        let k = cache::key("spv", "dev", &["-O".into()], "src");
+        assert_ne!(k, cache::key("spv", "dev", &[], "-Osrc"));
+        cache::put(&k, "spv", b"abcd");
+        cache::clear_memory();
+        assert_eq!(cache::get(&k, "spv").as_deref(), Some(&b"abcd"[..]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

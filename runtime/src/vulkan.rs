@@ -1,0 +1,753 @@
+//! The Vulkan backend: runs emitted GLSL compute kernels (compiler/src/emit, the ABI) through `ash`.
+//!
+//! Contract: [`open`] loads the Vulkan loader at run time (a binary without Vulkan builds and runs,
+//! and `open` says "Vulkan loader not found"), picks a compute-capable device with shaderFloat64
+//! (a discrete GPU first, then integrated, virtual, then CPU ones such as lavapipe), and runs one
+//! tiny real launch under a fence timeout before returning. [`Device::load`] compiles GLSL to
+//! SPIR-V (cached, see `gpu::cache`) and builds the pipeline; [`Device::run_range`] returns one
+//! `PartialSums` per manifest sum whose merge gives the single-run bits.
+//!
+//! GLSL → SPIR-V: glslang (`glslangValidator -V --target-env vulkan1.1 -S comp`), not naga.
+//! Tried in process first: naga 30.0.2's GLSL front end (features glsl-in, spv-out) rejects the
+//! emitted kernels: "Unknown function 'umulExtended'" (Philox's mulhi), "Unknown function
+//! 'unpackDouble2x32'" (the f64 kernels' opaque reads) and, with those stubbed out,
+//! "NotSupported64BitLiteral" for the `0.0lf` f64 literals of the shared-memory sums. glslang is
+//! the Khronos reference compiler and Debian ships it (glslang-tools). `NABLAC_GLSLANG` overrides
+//! the binary's path; the SPIR-V is cached, so a second run does not start glslang.
+
+use crate::gpu::{self, cache, Dispatch, GpuError};
+use crate::manifest::{Manifest, Target};
+use crate::report::PartialSums;
+use ash::vk;
+use std::ops::Range;
+use std::time::Duration;
+
+const DRIVER: &str = "Vulkan";
+/// How long one dispatch may run before the fence wait gives up.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long the probe launch in [`open`] may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+const PROBE_GLSL: &str = "#version 450
+layout(local_size_x = 1) in;
+layout(std430, set = 0, binding = 0) readonly buffer Inputs { double inputs[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Partials { double partials[]; };
+layout(push_constant) uniform Push { uint a; uint b; uint c; uint d; uint e; uint f; uint zero; } pc;
+shared double sh[1];
+void main() { sh[0] = inputs[0] * 2.0lf + double(pc.zero); barrier(); partials[0] = sh[0]; }
+";
+
+/// An opened Vulkan device with its compute queue.
+pub struct Device {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    physical: vk::PhysicalDevice,
+    device: ash::Device,
+    queue: vk::Queue,
+    queue_family: u32,
+    name: String,
+    driver: String,
+    max_groups_x: u32,
+    memory: vk::PhysicalDeviceMemoryProperties,
+}
+
+/// A compiled kernel: its pipeline and the manifest that says how to launch it.
+pub struct Kernel {
+    manifest: Manifest,
+    module: vk::ShaderModule,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "vulkan::Kernel({})", self.manifest.entry_point)
+    }
+}
+
+impl Kernel {
+    /// The manifest the kernel was loaded with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+}
+
+/// Opens the best Vulkan device and proves it with a tiny launch; errors name what is missing.
+pub fn open() -> Result<Device, GpuError> {
+    // SAFETY: loading the system loader library; ash checks the entry points it resolves.
+    let entry = unsafe { ash::Entry::load() }.map_err(|e| {
+        GpuError::Unavailable(format!("Vulkan loader (libvulkan.so.1) not found: {e}"))
+    })?;
+    let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_1);
+    let info = vk::InstanceCreateInfo::default().application_info(&app);
+    // SAFETY: valid create info; the instance is destroyed in Drop (or below on failure).
+    let instance = unsafe { entry.create_instance(&info, None) }.map_err(|e| {
+        GpuError::Unavailable(format!(
+            "Vulkan: no driver (ICD) could create an instance: {e}"
+        ))
+    })?;
+    match pick(&entry, instance) {
+        Ok(dev) => {
+            dev.probe()?;
+            Ok(dev)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn pick(entry: &ash::Entry, instance: ash::Instance) -> Result<Device, GpuError> {
+    let fail = |instance: &ash::Instance, e: GpuError| {
+        // SAFETY: nothing else was created from the instance yet.
+        unsafe { instance.destroy_instance(None) };
+        Err(e)
+    };
+    // SAFETY: instance is valid.
+    let physicals = match unsafe { instance.enumerate_physical_devices() } {
+        Ok(p) => p,
+        Err(e) => {
+            return fail(
+                &instance,
+                GpuError::Unavailable(format!("Vulkan: cannot list devices: {e}")),
+            )
+        }
+    };
+    let rank = |t: vk::PhysicalDeviceType| match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+        vk::PhysicalDeviceType::CPU => 3,
+        _ => 4,
+    };
+    let mut candidates = Vec::new();
+    let mut rejected = Vec::new();
+    for (i, &p) in physicals.iter().enumerate() {
+        // SAFETY: p comes from this instance.
+        let props = unsafe { instance.get_physical_device_properties(p) };
+        let name = props
+            .device_name_as_c_str()
+            .unwrap_or(c"?")
+            .to_string_lossy()
+            .into_owned();
+        let features = unsafe { instance.get_physical_device_features(p) };
+        let families = unsafe { instance.get_physical_device_queue_family_properties(p) };
+        let Some(family) = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+        else {
+            rejected.push(format!("{name}: no compute queue"));
+            continue;
+        };
+        if features.shader_float64 == 0 {
+            rejected.push(format!("{name}: no shaderFloat64 (the kernels sum in f64)"));
+            continue;
+        }
+        candidates.push((
+            rank(props.device_type),
+            i,
+            p,
+            family as u32,
+            name,
+            props.limits.max_compute_work_group_count[0],
+        ));
+    }
+    candidates.sort_by_key(|c| (c.0, c.1));
+    let Some((_, _, physical, queue_family, name, max_groups_x)) = candidates.into_iter().next()
+    else {
+        let why = if rejected.is_empty() {
+            "no Vulkan device".to_string()
+        } else {
+            rejected.join("; ")
+        };
+        return fail(
+            &instance,
+            GpuError::Unavailable(format!("Vulkan: no usable device ({why})")),
+        );
+    };
+    let mut driver_props = vk::PhysicalDeviceDriverProperties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut driver_props);
+    // SAFETY: Vulkan 1.1 instance; the chain is well formed.
+    unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+    let driver = driver_props
+        .driver_name_as_c_str()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let driver = if driver.is_empty() {
+        "unknown driver".to_string()
+    } else {
+        driver
+    };
+    let priorities = [1.0f32];
+    let queues = [vk::DeviceQueueCreateInfo::default()
+        .queue_family_index(queue_family)
+        .queue_priorities(&priorities)];
+    let features = vk::PhysicalDeviceFeatures::default().shader_float64(true);
+    let info = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queues)
+        .enabled_features(&features);
+    // SAFETY: valid create info for a device of this instance.
+    let device = match unsafe { instance.create_device(physical, &info, None) } {
+        Ok(d) => d,
+        Err(e) => {
+            return fail(
+                &instance,
+                GpuError::Driver {
+                    driver: DRIVER,
+                    device: format!("{name} ({driver})"),
+                    what: "vkCreateDevice".into(),
+                    message: e.to_string(),
+                },
+            )
+        }
+    };
+    // SAFETY: the family was requested with one queue.
+    let queue = unsafe { device.get_device_queue(queue_family, 0) };
+    let memory = unsafe { instance.get_physical_device_memory_properties(physical) };
+    Ok(Device {
+        _entry: entry.clone(),
+        instance,
+        physical,
+        device,
+        queue,
+        queue_family,
+        name,
+        driver,
+        max_groups_x,
+        memory,
+    })
+}
+
+/// A host-visible buffer with its memory.
+struct Buffer {
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    size: u64,
+}
+
+impl Device {
+    /// "device name (driver name)", as errors print it.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.name, self.driver)
+    }
+
+    fn err(&self, what: &str, e: vk::Result) -> GpuError {
+        GpuError::Driver {
+            driver: DRIVER,
+            device: self.describe(),
+            what: what.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    fn probe(&self) -> Result<(), GpuError> {
+        let manifest = Manifest {
+            manifest_version: crate::manifest::MANIFEST_VERSION,
+            nablac_version: String::new(),
+            target: Target::Glsl,
+            entry_point: "main".into(),
+            mode: crate::manifest::Mode::Price,
+            precision: crate::manifest::Precision::F64,
+            inputs: vec!["x".into()],
+            input_defaults: vec![0.0],
+            outputs: vec![],
+            sums: vec!["probe".into()],
+            params: vec![],
+            workgroup_size: 1,
+            segments: 1,
+            checkpoint: crate::manifest::Checkpoint::Off,
+            persistent: 0,
+            scratch_slots_per_path: 0,
+            scratch_layout: String::new(),
+            draws: 0,
+            tape_hash: String::new(),
+            compile_options: vec![],
+        };
+        let k = self.load(PROBE_GLSL, &manifest)?;
+        let got = self.dispatch(
+            &k,
+            &gpu::input_bytes(&manifest, &[1.25])?,
+            Dispatch { base: 0, groups: 1 },
+            1,
+            0,
+            PROBE_TIMEOUT,
+        );
+        self.destroy_kernel(&k);
+        let got = got?;
+        if got != [2.5] {
+            return Err(GpuError::Driver {
+                driver: DRIVER,
+                device: self.describe(),
+                what: "probe launch".into(),
+                message: format!("wrote {got:?}, expected [2.5]"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Compiles `source` (GLSL, target `glsl`) to SPIR-V (cached) and builds its compute pipeline.
+    pub fn load(&self, source: &str, manifest: &Manifest) -> Result<Kernel, GpuError> {
+        if manifest.target != Target::Glsl {
+            return Err(GpuError::Launch(format!(
+                "the Vulkan backend runs GLSL kernels, not {}",
+                manifest.target.name()
+            )));
+        }
+        if manifest.checkpoint == crate::manifest::Checkpoint::Scratch {
+            return Err(GpuError::Launch(
+                "GLSL kernels have no scratch buffer".into(),
+            ));
+        }
+        let spirv = compile_glsl(source, &manifest.entry_point, &self.describe())?;
+        let d = &self.device;
+        // SAFETY: every create call gets valid info; created objects are destroyed on failure or by destroy_kernel.
+        unsafe {
+            let module = d
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&spirv), None)
+                .map_err(|e| self.err("vkCreateShaderModule", e))?;
+            let bindings = [0, 1].map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            });
+            let set_layout = match d.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            ) {
+                Ok(l) => l,
+                Err(e) => {
+                    d.destroy_shader_module(module, None);
+                    return Err(self.err("vkCreateDescriptorSetLayout", e));
+                }
+            };
+            let ranges = [vk::PushConstantRange::default()
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                .offset(0)
+                .size(28)];
+            let set_layouts = [set_layout];
+            let layout = match d.create_pipeline_layout(
+                &vk::PipelineLayoutCreateInfo::default()
+                    .set_layouts(&set_layouts)
+                    .push_constant_ranges(&ranges),
+                None,
+            ) {
+                Ok(l) => l,
+                Err(e) => {
+                    d.destroy_descriptor_set_layout(set_layout, None);
+                    d.destroy_shader_module(module, None);
+                    return Err(self.err("vkCreatePipelineLayout", e));
+                }
+            };
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main");
+            let info = [vk::ComputePipelineCreateInfo::default()
+                .stage(stage)
+                .layout(layout)];
+            let pipeline = match d.create_compute_pipelines(vk::PipelineCache::null(), &info, None)
+            {
+                Ok(p) => p[0],
+                Err((_, e)) => {
+                    d.destroy_pipeline_layout(layout, None);
+                    d.destroy_descriptor_set_layout(set_layout, None);
+                    d.destroy_shader_module(module, None);
+                    return Err(self.err("vkCreateComputePipelines", e));
+                }
+            };
+            Ok(Kernel {
+                manifest: manifest.clone(),
+                module,
+                set_layout,
+                layout,
+                pipeline,
+            })
+        }
+    }
+
+    /// Frees a kernel's pipeline objects (the kernel must not be used afterwards).
+    pub fn destroy_kernel(&self, k: &Kernel) {
+        // SAFETY: no command buffer using them is pending (dispatch waits for its fence).
+        unsafe {
+            self.device.destroy_pipeline(k.pipeline, None);
+            self.device.destroy_pipeline_layout(k.layout, None);
+            self.device
+                .destroy_descriptor_set_layout(k.set_layout, None);
+            self.device.destroy_shader_module(k.module, None);
+        }
+    }
+
+    /// Runs paths `range` of a `paths`-path run under `seed`; one `PartialSums` per manifest sum.
+    /// `range.start` must be a multiple of 1024 and `range.end` the run's end or a multiple of WG.
+    pub fn run_range(
+        &self,
+        k: &Kernel,
+        inputs: &[f64],
+        seed: u64,
+        paths: u64,
+        range: Range<u64>,
+    ) -> Result<Vec<PartialSums>, GpuError> {
+        let m = &k.manifest;
+        let bytes = gpu::input_bytes(m, inputs)?;
+        let max_paths = self.max_groups_x as u64 * m.workgroup_size as u64;
+        let mut parts = Vec::new();
+        for d in gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)? {
+            parts.push((d, self.dispatch(k, &bytes, d, paths, seed, RUN_TIMEOUT)?));
+        }
+        gpu::assemble(m, paths, &parts)
+    }
+
+    fn buffer(&self, size: u64) -> Result<Buffer, GpuError> {
+        let d = &self.device;
+        let size = size.max(16);
+        // SAFETY: valid create infos; freed by free_buffer or on failure here.
+        unsafe {
+            let info = vk::BufferCreateInfo::default()
+                .size(size)
+                .usage(vk::BufferUsageFlags::STORAGE_BUFFER)
+                .sharing_mode(vk::SharingMode::EXCLUSIVE);
+            let buffer = d
+                .create_buffer(&info, None)
+                .map_err(|e| self.err("vkCreateBuffer", e))?;
+            let req = d.get_buffer_memory_requirements(buffer);
+            let want =
+                vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+            let Some(ty) = (0..self.memory.memory_type_count).find(|&t| {
+                req.memory_type_bits & (1 << t) != 0
+                    && self.memory.memory_types[t as usize]
+                        .property_flags
+                        .contains(want)
+            }) else {
+                d.destroy_buffer(buffer, None);
+                return Err(self.err(
+                    "finding host-visible coherent memory",
+                    vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+                ));
+            };
+            let memory = match d.allocate_memory(
+                &vk::MemoryAllocateInfo::default()
+                    .allocation_size(req.size)
+                    .memory_type_index(ty),
+                None,
+            ) {
+                Ok(m) => m,
+                Err(e) => {
+                    d.destroy_buffer(buffer, None);
+                    return Err(self.err("vkAllocateMemory", e));
+                }
+            };
+            if let Err(e) = d.bind_buffer_memory(buffer, memory, 0) {
+                d.free_memory(memory, None);
+                d.destroy_buffer(buffer, None);
+                return Err(self.err("vkBindBufferMemory", e));
+            }
+            Ok(Buffer {
+                buffer,
+                memory,
+                size,
+            })
+        }
+    }
+
+    fn free_buffer(&self, b: &Buffer) {
+        // SAFETY: no pending work uses the buffer.
+        unsafe {
+            self.device.destroy_buffer(b.buffer, None);
+            self.device.free_memory(b.memory, None);
+        }
+    }
+
+    /// Maps `b` and copies `data` into it, or copies it out into `out`.
+    fn copy(
+        &self,
+        b: &Buffer,
+        data: Option<&[u8]>,
+        out: Option<&mut [u8]>,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the mapping covers the buffer's size; the copies stay inside it.
+        unsafe {
+            let p = self
+                .device
+                .map_memory(b.memory, 0, b.size, vk::MemoryMapFlags::empty())
+                .map_err(|e| self.err("vkMapMemory", e))? as *mut u8;
+            if let Some(data) = data {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len().min(b.size as usize));
+            }
+            if let Some(out) = out {
+                let n = out.len().min(b.size as usize);
+                std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), n);
+            }
+            self.device.unmap_memory(b.memory);
+        }
+        Ok(())
+    }
+
+    /// One dispatch; returns its `groups * n_sums` partials.
+    fn dispatch(
+        &self,
+        k: &Kernel,
+        inputs: &[u8],
+        disp: Dispatch,
+        paths: u64,
+        seed: u64,
+        timeout: Duration,
+    ) -> Result<Vec<f64>, GpuError> {
+        let n = disp.groups as usize * k.manifest.sums.len();
+        let input = self.buffer(inputs.len() as u64)?;
+        let partials = match self.buffer(n as u64 * 8) {
+            Ok(b) => b,
+            Err(e) => {
+                self.free_buffer(&input);
+                return Err(e);
+            }
+        };
+        let result = self
+            .copy(&input, Some(inputs), None)
+            .and_then(|_| self.submit(k, &input, &partials, disp, paths, seed, timeout))
+            .and_then(|_| {
+                let mut bytes = vec![0u8; n * 8];
+                self.copy(&partials, None, Some(&mut bytes))?;
+                Ok(bytes
+                    .chunks_exact(8)
+                    .map(|c| f64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect())
+            });
+        self.free_buffer(&input);
+        self.free_buffer(&partials);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        k: &Kernel,
+        input: &Buffer,
+        partials: &Buffer,
+        disp: Dispatch,
+        paths: u64,
+        seed: u64,
+        timeout: Duration,
+    ) -> Result<(), GpuError> {
+        let d = &self.device;
+        // SAFETY: all objects are created here from valid infos and destroyed before returning;
+        // the fence wait (or device_wait_idle on timeout) guarantees the GPU no longer uses them.
+        unsafe {
+            let sizes = [vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(2)];
+            let pool = d
+                .create_descriptor_pool(
+                    &vk::DescriptorPoolCreateInfo::default()
+                        .max_sets(1)
+                        .pool_sizes(&sizes),
+                    None,
+                )
+                .map_err(|e| self.err("vkCreateDescriptorPool", e))?;
+            let cmd_pool = match d.create_command_pool(
+                &vk::CommandPoolCreateInfo::default().queue_family_index(self.queue_family),
+                None,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    d.destroy_descriptor_pool(pool, None);
+                    return Err(self.err("vkCreateCommandPool", e));
+                }
+            };
+            let fence = match d.create_fence(&vk::FenceCreateInfo::default(), None) {
+                Ok(f) => f,
+                Err(e) => {
+                    d.destroy_command_pool(cmd_pool, None);
+                    d.destroy_descriptor_pool(pool, None);
+                    return Err(self.err("vkCreateFence", e));
+                }
+            };
+            let result = (|| {
+                let layouts = [k.set_layout];
+                let set = d
+                    .allocate_descriptor_sets(
+                        &vk::DescriptorSetAllocateInfo::default()
+                            .descriptor_pool(pool)
+                            .set_layouts(&layouts),
+                    )
+                    .map_err(|e| self.err("vkAllocateDescriptorSets", e))?[0];
+                let infos = [input, partials].map(|b| {
+                    [vk::DescriptorBufferInfo::default()
+                        .buffer(b.buffer)
+                        .offset(0)
+                        .range(vk::WHOLE_SIZE)]
+                });
+                let writes = [0usize, 1].map(|i| {
+                    vk::WriteDescriptorSet::default()
+                        .dst_set(set)
+                        .dst_binding(i as u32)
+                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                        .buffer_info(&infos[i])
+                });
+                d.update_descriptor_sets(&writes, &[]);
+                let cmd = d
+                    .allocate_command_buffers(
+                        &vk::CommandBufferAllocateInfo::default()
+                            .command_pool(cmd_pool)
+                            .level(vk::CommandBufferLevel::PRIMARY)
+                            .command_buffer_count(1),
+                    )
+                    .map_err(|e| self.err("vkAllocateCommandBuffers", e))?[0];
+                d.begin_command_buffer(
+                    cmd,
+                    &vk::CommandBufferBeginInfo::default()
+                        .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+                )
+                .map_err(|e| self.err("vkBeginCommandBuffer", e))?;
+                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, k.pipeline);
+                d.cmd_bind_descriptor_sets(
+                    cmd,
+                    vk::PipelineBindPoint::COMPUTE,
+                    k.layout,
+                    0,
+                    &[set],
+                    &[],
+                );
+                let words = gpu::scalars(disp.base, paths, seed);
+                let push: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                d.cmd_push_constants(cmd, k.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+                d.cmd_dispatch(cmd, disp.groups, 1, 1);
+                let barrier = vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                    .dst_access_mask(vk::AccessFlags::HOST_READ);
+                d.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &[barrier],
+                    &[],
+                    &[],
+                );
+                d.end_command_buffer(cmd)
+                    .map_err(|e| self.err("vkEndCommandBuffer", e))?;
+                let cmds = [cmd];
+                d.queue_submit(
+                    self.queue,
+                    &[vk::SubmitInfo::default().command_buffers(&cmds)],
+                    fence,
+                )
+                .map_err(|e| self.err("vkQueueSubmit", e))?;
+                match d.wait_for_fences(
+                    &[fence],
+                    true,
+                    timeout.as_nanos().min(u64::MAX as u128) as u64,
+                ) {
+                    Ok(()) => Ok(()),
+                    Err(vk::Result::TIMEOUT) => {
+                        let _ = d.device_wait_idle();
+                        Err(GpuError::Driver {
+                            driver: DRIVER,
+                            device: self.describe(),
+                            what: format!(
+                                "dispatch of {} groups at path {}",
+                                disp.groups, disp.base
+                            ),
+                            message: format!("no completion within {timeout:?}"),
+                        })
+                    }
+                    Err(e) => Err(self.err("vkWaitForFences", e)),
+                }
+            })();
+            d.destroy_fence(fence, None);
+            d.destroy_command_pool(cmd_pool, None);
+            d.destroy_descriptor_pool(pool, None);
+            result
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: every dispatch waited for its fence; kernels not destroyed leak with the device.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+        let _ = self.physical;
+    }
+}
+
+/// GLSL → SPIR-V words through glslangValidator, cached on (source, device, glslang version).
+pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>, GpuError> {
+    let tool = std::env::var("NABLAC_GLSLANG").unwrap_or_else(|_| "glslangValidator".into());
+    let key = cache::key(
+        "spirv-vulkan1.1",
+        "any",
+        std::slice::from_ref(&tool),
+        source,
+    );
+    let _ = device; // SPIR-V does not depend on the device; the driver compiles it at pipeline creation.
+    let bytes = match cache::get(&key, "spv") {
+        Some(b) => b,
+        None => {
+            let b = run_glslang(&tool, source, entry, device)?;
+            cache::put(&key, "spv", &b);
+            b
+        }
+    };
+    if bytes.len() % 4 != 0
+        || bytes.len() < 20
+        || u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) != 0x0723_0203
+    {
+        return Err(GpuError::Compile {
+            compiler: "glslang",
+            device: device.into(),
+            entry: entry.into(),
+            log: "output is not SPIR-V".into(),
+        });
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn run_glslang(tool: &str, source: &str, entry: &str, device: &str) -> Result<Vec<u8>, GpuError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.as_nanos());
+    let dir = std::env::temp_dir().join(format!("nablac-glslang-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| GpuError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+    let (src, out) = (dir.join("kernel.comp"), dir.join("kernel.spv"));
+    let result = (|| {
+        std::fs::write(&src, source)
+            .map_err(|e| GpuError::Unavailable(format!("cannot write {}: {e}", src.display())))?;
+        let run = std::process::Command::new(tool)
+            .args(["-V", "--target-env", "vulkan1.1", "-S", "comp", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .output()
+            .map_err(|e| {
+                GpuError::Unavailable(format!(
+                    "glslang ({tool}) not found: {e}; install glslang-tools"
+                ))
+            })?;
+        if !run.status.success() {
+            let text = String::from_utf8_lossy(&run.stdout).into_owned()
+                + &String::from_utf8_lossy(&run.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.contains("ERROR"))
+                .unwrap_or(text.trim())
+                .to_string();
+            return Err(GpuError::Compile {
+                compiler: "glslang",
+                device: device.into(),
+                entry: entry.into(),
+                log: line,
+            });
+        }
+        std::fs::read(&out)
+            .map_err(|e| GpuError::Unavailable(format!("cannot read {}: {e}", out.display())))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
