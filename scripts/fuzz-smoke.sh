@@ -8,7 +8,7 @@
 # Environment:
 #   FUZZ_SANITIZER  address (default) or none. `none` builds faster; the readers have no unsafe
 #                   code, so panics (the thing we hunt) are caught either way.
-#   CARGO_TARGET_DIR  default /work/target/fuzz (instrumented builds, kept apart from normal ones).
+#   NABLAC_FUZZ_TARGET_DIR  default target/fuzz in the checkout (instrumented builds, kept apart).
 #
 # Only the stable toolchain exists here. cargo-fuzz passes nightly-only flags (-Zsanitizer=...,
 # -Cpasses=sancov-module and friends); RUSTC_BOOTSTRAP=1 makes stable rustc accept them. The ASan
@@ -21,10 +21,9 @@ set -euo pipefail
 
 SECONDS_PER_TARGET="${1:-20}"
 SANITIZER="${FUZZ_SANITIZER:-address}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/work/target/fuzz}"
-export RUSTC_BOOTSTRAP=1
-
 cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${NABLAC_FUZZ_TARGET_DIR:-$PWD/target/fuzz}"
+export RUSTC_BOOTSTRAP=1
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz-smoke: installing cargo-fuzz (once; a few minutes)" >&2

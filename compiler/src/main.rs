@@ -1,1 +1,11 @@
-fn main() {}
+//! The `nablac` command line: a thin layer over the library (one options struct and `run()` per
+//! subcommand). Errors print as `error: ...` with their cause chain and exit with status 1;
+//! usage errors exit with status 2 (clap's).
+
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}

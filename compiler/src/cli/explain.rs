@@ -1,0 +1,56 @@
+//! `nablac explain TAPE [--segments N] [--json] [--plot FILE.svg]`: the checkpoint plan.
+
+use super::output::Staged;
+use super::{CheckpointArg, TapeArg};
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    tape: TapeArg,
+    /// Segments: 1 is the plain kernel; N > 1 forces N segments. Default: automatic.
+    #[arg(long, value_name = "N")]
+    segments: Option<u32>,
+    /// Checkpoint strategy to plan for.
+    #[arg(long, value_enum, default_value = "registers")]
+    checkpoint: CheckpointArg,
+    /// Register recompute switches itself on for tapes of at least N nodes.
+    #[arg(long, value_name = "N", default_value_t = nablac::plan::DEFAULT_CKPT_NODES)]
+    ckpt_nodes: u32,
+    /// Scratch strategy: nodes per segment.
+    #[arg(long, value_name = "N")]
+    seg_len: Option<u32>,
+    /// Print JSON: nodes, active, segments, cuts, crossing, persistent, max_live_plain,
+    /// max_live_checkpointed.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG of the values alive along the tape, plain and checkpointed.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+pub fn run(args: &ExplainArgs) -> Result<()> {
+    let (tape, _info) = super::load_tape(&args.tape.tape)?;
+    let opts = super::compile::segment_options(
+        args.checkpoint,
+        args.segments,
+        args.ckpt_nodes,
+        args.seg_len,
+    );
+    let plan = nablac::passes::plan(&tape, &opts);
+    let explain = nablac::passes::explain(&tape, &plan);
+    if let Some(path) = &args.plot {
+        let svg = nablac::passes::explain_svg(&tape, &plan);
+        let mut out = Staged::new();
+        out.write(path, svg.as_bytes())?;
+        out.commit()?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&explain)?);
+    } else {
+        print!("{}", nablac::passes::explain_text(&tape, &plan));
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `nablac inspect TAPE [--json]`: what a tape holds.
+
+use super::TapeArg;
+use anyhow::Result;
+use clap::Args;
+use nablac::tape::{Op, Tape};
+use nablac::verify::TapeInfo;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    tape: TapeArg,
+    /// Print JSON: nodes, inputs, outputs, draws, ops, active, max_live, max_live_forward, hash.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The summary, with the JSON keys the issue fixes.
+#[derive(Serialize)]
+pub struct Summary {
+    pub nodes: usize,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub draws: u32,
+    /// Op name → count, in op-code order.
+    pub ops: BTreeMap<&'static str, usize>,
+    pub active: usize,
+    /// The most forward values a plain (uncheckpointed) adjoint kernel holds at once: what the
+    /// reverse sweep would keep alive without a checkpoint plan (`nablac explain` shows the plan's).
+    pub max_live: u32,
+    /// The most values alive at once in a forward-only (price) sweep.
+    pub max_live_forward: u32,
+    pub hash: String,
+}
+
+pub fn summarize(tape: &Tape, info: &TapeInfo) -> Summary {
+    let mut ops = BTreeMap::new();
+    for node in &tape.nodes {
+        *ops.entry(node.op().name()).or_insert(0) += 1;
+    }
+    Summary {
+        nodes: tape.len(),
+        inputs: tape.inputs.iter().map(|i| i.name.clone()).collect(),
+        outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
+        draws: tape.n_draws,
+        ops,
+        active: info.activity.active.iter().filter(|a| **a).count(),
+        max_live: nablac::passes::max_live_plain(tape, &info.activity),
+        max_live_forward: info.max_live(),
+        hash: nablac::format::content_hash(tape),
+    }
+}
+
+pub fn run(args: &InspectArgs) -> Result<()> {
+    let (tape, info) = super::load_tape(&args.tape.tape)?;
+    let s = summarize(&tape, &info);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!("tape      {}", args.tape.tape.display());
+    println!("nodes     {} ({} active)", s.nodes, s.active);
+    let inputs: Vec<String> = tape
+        .inputs
+        .iter()
+        .map(|i| format!("{}={:?}", i.name, i.value))
+        .collect();
+    println!("inputs    {}", inputs.join(" "));
+    println!("outputs   {}", s.outputs.join(" "));
+    println!("draws     {}", s.draws);
+    println!(
+        "max live  {} values alive at once in a plain adjoint kernel, {} in a price-only sweep",
+        s.max_live, s.max_live_forward
+    );
+    println!("hash      {}", s.hash);
+    println!("ops");
+    for op in Op::ALL {
+        if let Some(n) = s.ops.get(op.name()) {
+            println!("  {:<8} {n}", op.name());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! `nablac run TAPE|KERNEL --target ... --paths N --seed S`: price and Greeks.
+
+use super::{CompileOpts, TargetArg};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use nablac::emit::{Manifest, Target};
+use nablac_runtime::{Backend, Progress, Report, RunOptions};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A tape (compiled first) or a kernel emitted by nablac, with its manifest at KERNEL.json.
+    #[arg(value_name = "TAPE|KERNEL")]
+    input: PathBuf,
+    /// Where to run (`vulkan` = `glsl`).
+    #[arg(long, value_enum, default_value = "cpu")]
+    target: TargetArg,
+    /// Monte Carlo paths.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    paths: u64,
+    /// Seed of the Philox generator.
+    #[arg(long, value_name = "S", default_value_t = 42)]
+    seed: u64,
+    /// Run at another value of an input, e.g. --market spot=105 (repeatable).
+    #[arg(long = "market", value_name = "NAME=VALUE", value_parser = super::parse_market)]
+    market: Vec<(String, f64)>,
+    /// CPU worker threads (default: every core). Never changes a result.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Print JSON: target, precision, paths, seed, outputs {name: value, stderr, greeks}.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    opts: CompileOpts,
+}
+
+#[derive(Serialize)]
+struct JsonOutput {
+    value: f64,
+    stderr: f64,
+    greeks: BTreeMap<String, f64>,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    target: &'a str,
+    precision: &'a str,
+    paths: u64,
+    seed: u64,
+    outputs: BTreeMap<String, JsonOutput>,
+}
+
+/// Whether `bytes` is a tape (either form) rather than kernel source.
+fn is_tape(bytes: &[u8]) -> bool {
+    bytes.starts_with(&nablac::format::MAGIC) || {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
+        text.lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .find(|l| !l.is_empty())
+            .is_some_and(|l| l.starts_with("nablatape"))
+    }
+}
+
+pub fn run(args: &RunArgs) -> Result<()> {
+    if args.paths == 0 {
+        bail!("--paths must be at least 1");
+    }
+    let target = super::compile::target(args.target);
+    let bytes = std::fs::read(&args.input)
+        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let (source, manifest): (String, Manifest) = if is_tape(&bytes) {
+        let (tape, _) = super::load_tape(&args.input)?;
+        let k = super::compile::compile(&tape, target, &args.opts)
+            .with_context(|| format!("cannot compile {}", args.input.display()))?;
+        (k.source, k.manifest)
+    } else {
+        let mpath = super::compile::manifest_path(&args.input);
+        let mtext = std::fs::read_to_string(&mpath).with_context(|| {
+            format!(
+                "{} is not a tape, so it must be a kernel with its manifest at {}",
+                args.input.display(),
+                mpath.display()
+            )
+        })?;
+        let m: Manifest = serde_json::from_str(&mtext)
+            .with_context(|| format!("{}: bad manifest", mpath.display()))?;
+        if m.target != target && !(m.target == Target::Glsl && target == Target::Glsl) {
+            bail!(
+                "{} is a {} kernel; run it with --target {}",
+                args.input.display(),
+                m.target.name(),
+                m.target.name()
+            );
+        }
+        let src = String::from_utf8(bytes)
+            .with_context(|| format!("{}: kernel source is not UTF-8", args.input.display()))?;
+        (src, m)
+    };
+
+    let mut market = manifest.input_defaults.clone();
+    for (name, value) in &args.market {
+        let Some(i) = manifest.inputs.iter().position(|n| n == name) else {
+            bail!(
+                "--market {name}={value}: the tape has no input {name} (inputs: {})",
+                manifest.inputs.join(", ")
+            );
+        };
+        market[i] = *value;
+    }
+
+    let backend = Backend::open(target)
+        .with_context(|| format!("cannot open the {} backend", target.name()))?;
+    let kernel = backend
+        .load(&source, &manifest)
+        .context("cannot load the kernel")?;
+
+    let bar = (std::io::stderr().is_terminal() && args.paths >= 1 << 22).then(|| {
+        let b = indicatif::ProgressBar::new(args.paths);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} paths {per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let progress = |p: Progress| {
+        if let Some(b) = &bar {
+            b.set_position(p.done);
+        }
+    };
+    let opts = RunOptions {
+        threads: args.threads,
+        chunk_paths: None,
+        progress: Some(&progress),
+    };
+    let started = std::time::Instant::now();
+    let reports = backend
+        .run(
+            &kernel,
+            std::slice::from_ref(&market),
+            args.paths,
+            args.seed,
+            &opts,
+        )
+        .context("the run failed")?;
+    let elapsed = started.elapsed();
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = &reports[0];
+    if args.json {
+        print_json(report, &manifest, args)?;
+    } else {
+        print_table(report, &manifest, args, elapsed);
+    }
+    Ok(())
+}
+
+fn print_json(report: &Report, m: &Manifest, args: &RunArgs) -> Result<()> {
+    let outputs = report
+        .outputs
+        .iter()
+        .map(|o| {
+            (
+                o.name.clone(),
+                JsonOutput {
+                    value: o.value,
+                    stderr: o.stderr,
+                    greeks: o.greeks.iter().cloned().collect(),
+                },
+            )
+        })
+        .collect();
+    let j = JsonReport {
+        target: m.target.name(),
+        precision: m.precision.name(),
+        paths: args.paths,
+        seed: args.seed,
+        outputs,
+    };
+    // serde_json prints f64 with the shortest representation that parses back to the same bits.
+    println!("{}", serde_json::to_string_pretty(&j)?);
+    Ok(())
+}
+
+fn print_table(report: &Report, m: &Manifest, args: &RunArgs, elapsed: std::time::Duration) {
+    println!(
+        "{} {} {} paths, seed {}, {:.3} s ({:.2} Mpaths/s)",
+        m.target.name(),
+        m.precision.name(),
+        args.paths,
+        args.seed,
+        elapsed.as_secs_f64(),
+        args.paths as f64 / elapsed.as_secs_f64() / 1e6
+    );
+    for o in &report.outputs {
+        println!("{:<12} {:>22.15} ± {:.3e}", o.name, o.value, o.stderr);
+        for (input, g) in &o.greeks {
+            println!("  d/d{:<9} {:>22.15}", input, g);
+        }
+    }
+}
