@@ -61,10 +61,14 @@ pub struct Liveness {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Segment {
     pub range: Range<u32>,
-    /// Persistent values computed before `range.start` that this segment reads (its bookmarks),
-    /// ascending.
+    /// Persistent values computed before `range.start` that the reverse block of this segment
+    /// reads back (its bookmarks), ascending. Empty with one segment.
     pub bookmarks: Vec<NodeId>,
-    /// The draw nodes in this segment that its reverse block recomputes, ascending.
+    /// The nodes the reverse block of this segment recomputes, ascending: exactly the
+    /// non-persistent, non-constant nodes of the segment whose values its adjoint rules read,
+    /// closed under their arguments inside the segment. Empty with one segment.
+    pub recompute: Vec<NodeId>,
+    /// The draw nodes among `recompute` (the block regenerates them from (seed, path, k)).
     pub draws: Vec<NodeId>,
 }
 

@@ -439,11 +439,9 @@ impl<'a> Body<'a> {
                     format!("v{}", v.0)
                 }
             };
-            for v in seg.range.clone().map(NodeId) {
-                if self.live(v) && !self.is_const(v) && !self.is_persistent(v) {
-                    let e = self.value_expr(v, &name, block_keys);
-                    out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
-                }
+            for &v in &seg.recompute {
+                let e = self.value_expr(v, &name, block_keys);
+                out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
             }
             for v in seg.range.clone().map(NodeId) {
                 if self.active(v) && !self.is_persistent(v) {

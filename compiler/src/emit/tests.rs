@@ -149,29 +149,52 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
     for w in bounds.windows(2) {
         let range = w[0]..w[1];
         let mut bookmarks = BTreeSet::new();
-        let mut draws = Vec::new();
         let mut reads = BTreeSet::new();
+        // The reverse block recomputes the locals the adjoint rules read, and what those need.
+        let local =
+            |v: NodeId| range.contains(&v.0) && live[v.index()] && !is_const(tape, v) && !is_p(v);
+        let mut needed: BTreeSet<NodeId> = BTreeSet::new();
+        for v in range.clone().rev().map(NodeId) {
+            if live[v.index()] && act.active[v.index()] {
+                needed.extend(
+                    adjoint_reads(tape.node(v), v)
+                        .into_iter()
+                        .filter(|&r| local(r)),
+                );
+            }
+            if needed.contains(&v) {
+                needed.extend(tape.node(v).args().filter(|&a| local(a)));
+            }
+        }
+        let recompute: Vec<NodeId> = if checkpointed {
+            needed.into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let draws: Vec<NodeId> = recompute
+            .iter()
+            .copied()
+            .filter(|&v| matches!(tape.node(v), Node::Draw(..)))
+            .collect();
         for v in range.clone().map(NodeId) {
             if !live[v.index()] {
                 continue;
             }
             let node = tape.node(v);
-            for a in node.args() {
-                if a.0 < range.start && is_p(a) && !is_const(tape, a) {
-                    bookmarks.insert(a);
-                }
-            }
-            let recomputed = !is_const(tape, v) && !is_p(v);
-            if matches!(node, Node::Draw(..)) && !is_p(v) {
-                draws.push(v);
-            }
-            if recomputed {
+            if recompute.contains(&v) {
                 reads.extend(node.args());
             }
             if act.active[v.index()] {
                 reads.extend(adjoint_reads(node, v));
             }
         }
+        // Bookmarks: what the block reads back from before the segment.
+        bookmarks.extend(
+            reads
+                .iter()
+                .copied()
+                .filter(|&a| a.0 < range.start && is_p(a) && !is_const(tape, a)),
+        );
         let reads: Vec<NodeId> = if checkpointed {
             reads
                 .into_iter()
@@ -185,6 +208,7 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
         segments.push(Segment {
             range,
             bookmarks: bookmarks.into_iter().collect(),
+            recompute,
             draws,
         });
     }

@@ -659,6 +659,7 @@ fn plain_and_checkpointed_plans_give_the_same_code() {
     let seg = |r: std::ops::Range<u32>| Segment {
         range: r,
         bookmarks: vec![],
+        recompute: vec![],
         draws: vec![],
     };
     let plain = plan_with(&tape, vec![seg(0..n)]);

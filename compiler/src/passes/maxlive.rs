@@ -15,7 +15,7 @@
 //! The checkpointed schedule (S > 1): the same forward steps and output step; then for each segment
 //! from the last to the first, its reverse block: one step per opaque read (ascending; it reads
 //! the persistent value and defines a block-local copy), one step per recomputed node
-//! ([`recomputed`](super::recomputed); it reads block-local copies, recomputed locals and
+//! (`Segment::recompute`; it reads block-local copies, recomputed locals and
 //! nothing else), then the segment's adjoint rules from its highest live active node down, reading
 //! the block's copies. So a persistent value lives from its definition to its last opaque read, and
 //! a recomputed local from its recomputation to its last read inside the block. With S = 1 the
@@ -28,7 +28,7 @@
 //! position, the most values alive before any of its steps (a position without steps, a constant
 //! or a dead node, repeats the one before it).
 
-use super::{adjoint_reads, recomputed};
+use super::adjoint_reads;
 use crate::plan::{Activity, Plan};
 use crate::tape::{Node, NodeId, Tape};
 
@@ -162,7 +162,7 @@ fn checkpointed_sim(tape: &Tape, plan: &Plan) -> Sim {
                 touched.push(p.index());
             }
         }
-        for v in recomputed(tape, act, sp, s) {
+        for &v in &seg.recompute {
             let t = sim.step(v.0);
             for a in tape.node(v).args() {
                 sim.read(cur[a.index()], t);

@@ -27,6 +27,8 @@ pub use liveness::liveness;
 pub use maxlive::{
     alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
 };
-pub use opacity::{adjoint_reads, opacity, recomputed};
+pub use opacity::{adjoint_reads, opacity};
 pub use pipeline::{check_plan, plan, PlanError};
-pub use segment::{choose_cuts, crossing_profile, live_last_read, segment, segment_count};
+pub use segment::{
+    choose_cuts, crossing_profile, live_last_read, reverse_recompute, segment, segment_count,
+};

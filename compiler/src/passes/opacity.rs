@@ -15,10 +15,11 @@
 //!   since persistent nodes are not recomputed, so it is not in the list.
 //! - `rekey[s]` is true when the block regenerates draws (`Segment::draws` is non-empty).
 //!
-//! The reverse block of s recomputes exactly [`recomputed`]: the live, non-constant,
-//! non-persistent nodes of its range, in order. With S = 1 nothing is opaque and nothing re-keyed.
+//! The reverse block of s recomputes exactly `Segment::recompute` (the locals its adjoint rules
+//! need, see `segment::reverse_recompute`), in order. With S = 1 nothing is opaque and nothing
+//! re-keyed.
 
-use crate::plan::{Activity, OpacityPlan, SegmentPlan};
+use crate::plan::{OpacityPlan, SegmentPlan};
 use crate::tape::{BinaryOp, Node, NodeId, Tape, UnaryOp};
 use std::collections::BTreeSet;
 
@@ -35,26 +36,6 @@ pub fn adjoint_reads(node: &Node, id: NodeId) -> Vec<NodeId> {
     }
 }
 
-/// The nodes the reverse block of segment `s` recomputes: live, non-constant, non-persistent nodes
-/// of its range, ascending. Empty for a plan with one segment (the plain kernel recomputes nothing).
-pub fn recomputed(tape: &Tape, activity: &Activity, plan: &SegmentPlan, s: usize) -> Vec<NodeId> {
-    if !plan.is_checkpointed() {
-        return Vec::new();
-    }
-    let Some(seg) = plan.segments.get(s) else {
-        return Vec::new();
-    };
-    seg.range
-        .clone()
-        .map(NodeId)
-        .filter(|&v| {
-            activity.live[v.index()]
-                && !matches!(tape.node(v), Node::Const(_))
-                && plan.persistent.binary_search(&v).is_err()
-        })
-        .collect()
-}
-
 /// Which reads of the reverse sweep are opaque and which segments re-key their generator (the
 /// module doc is the contract). Assumes `plan` came from `segment` on this tape.
 pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
@@ -69,9 +50,9 @@ pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
     let is_const = |v: NodeId| matches!(tape.node(v), Node::Const(_));
     let is_persistent = |v: NodeId| plan.persistent.binary_search(&v).is_ok();
     let mut opaque_reads = Vec::with_capacity(count);
-    for (s, seg) in plan.segments.iter().enumerate() {
+    for seg in &plan.segments {
         let mut reads = BTreeSet::new();
-        for v in recomputed(tape, &act, plan, s) {
+        for &v in &seg.recompute {
             reads.extend(tape.node(v).args());
         }
         for i in seg.range.clone() {

@@ -4,7 +4,7 @@
 //! [`check_plan`] and panics on a broken invariant: that is a bug in a pass, never bad input.
 
 use super::segment::{crossing_profile, live_last_read};
-use super::{activity, adjoint_reads, liveness, opacity, recomputed, segment};
+use super::{activity, adjoint_reads, liveness, opacity, reverse_recompute, segment};
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{Node, NodeId, Tape};
 use std::collections::BTreeSet;
@@ -166,44 +166,48 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     }
     let is_persistent = |v: NodeId| sp.persistent.binary_search(&v).is_ok();
 
-    // Per segment: forward lines, bookmarks, draws.
+    // Per segment: forward lines, bookmarks, what the reverse block recomputes, draws.
+    let mut persistent_mask = vec![false; n];
+    for p in &sp.persistent {
+        persistent_mask[p.index()] = true;
+    }
     for (s, seg) in sp.segments.iter().enumerate() {
-        let mut bookmarks = BTreeSet::new();
-        let mut draws = Vec::new();
         for i in seg.range.clone() {
             let v = NodeId(i);
             if !live[v.index()] {
                 continue;
             }
             for a in tape.node(v).args() {
-                let own = seg.range.contains(&a.0);
                 ensure(
-                    own || is_persistent(a) || is_const(a),
+                    seg.range.contains(&a.0) || is_persistent(a) || is_const(a),
                     "a segment's forward lines read only its own nodes, persistent values and constants",
                     || format!("segment {s}, node {v} reads {a}"),
                 )?;
-                if !own && !is_const(a) {
-                    bookmarks.insert(a);
-                }
-            }
-            if matches!(tape.node(v), Node::Draw(..)) && !is_persistent(v) {
-                draws.push(v);
             }
         }
-        let bookmarks: Vec<NodeId> = bookmarks.into_iter().collect();
+        let recompute = if count == 1 {
+            Vec::new()
+        } else {
+            reverse_recompute(tape, &plan.activity, &persistent_mask, seg.range.clone())
+        };
         ensure(
-            seg.bookmarks == bookmarks,
-            "bookmarks are the persistent values before the segment that it reads",
+            seg.recompute == recompute,
+            "a reverse block recomputes exactly the locals its adjoint rules need",
             || {
                 format!(
-                    "segment {s}: plan {:?}, tape {:?}",
-                    seg.bookmarks, bookmarks
+                    "segment {s}: plan {:?}, needed {recompute:?}",
+                    seg.recompute
                 )
             },
         )?;
+        let draws: Vec<NodeId> = recompute
+            .iter()
+            .copied()
+            .filter(|&v| matches!(tape.node(v), Node::Draw(..)))
+            .collect();
         ensure(
             seg.draws == draws,
-            "draws are the segment's live non-persistent draws",
+            "draws are the draws the reverse block recomputes",
             || format!("segment {s}"),
         )?;
     }
@@ -245,6 +249,11 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     )?;
     if count == 1 {
         ensure(
+            sp.segments[0].bookmarks.is_empty(),
+            "the plain kernel reads nothing back",
+            || "bookmarks".into(),
+        )?;
+        ensure(
             op.opaque_reads[0].is_empty() && !op.rekey[0],
             "nothing is opaque in the plain kernel",
             || "opacity".into(),
@@ -253,6 +262,16 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     }
     for (s, seg) in sp.segments.iter().enumerate() {
         let reads = &op.opaque_reads[s];
+        let before: Vec<NodeId> = reads
+            .iter()
+            .copied()
+            .filter(|v| v.0 < seg.range.start)
+            .collect();
+        ensure(
+            seg.bookmarks == before,
+            "bookmarks are the persistent values from before the segment that its reverse block reads",
+            || format!("segment {s}: plan {:?}, block reads {before:?}", seg.bookmarks),
+        )?;
         ensure(
             reads.windows(2).all(|w| w[0] < w[1]),
             "opaque reads ascend",
@@ -270,13 +289,13 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
             "a block that regenerates draws re-keys",
             || format!("segment {s}"),
         )?;
-        let rec = recomputed(tape, &plan.activity, sp, s);
+        let rec = &seg.recompute;
         let available = |v: NodeId| {
             is_const(v) || reads.binary_search(&v).is_ok() || rec.binary_search(&v).is_ok()
         };
         // Every persistent value the block reads is read opaquely, and nothing else is.
         let mut used = BTreeSet::new();
-        for &v in &rec {
+        for &v in rec {
             used.extend(tape.node(v).args());
         }
         for i in seg.range.clone() {
@@ -294,7 +313,7 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
             "opaque reads are exactly the persistent values the reverse block reads",
             || format!("segment {s}: plan {reads:?}, block reads {used:?}"),
         )?;
-        for &v in &rec {
+        for &v in rec {
             for a in tape.node(v).args() {
                 ensure(
                     available(a),

@@ -22,18 +22,23 @@
 //!   the lower position.
 //! - **Persistent values** = values crossing any cut ∪ inputs ∪ outputs (inputs and outputs even
 //!   when they are constants or dead), ascending.
-//! - **Per segment.** `bookmarks`: non-constant persistent values computed before the segment that
-//!   a live node of the segment reads (ascending). `draws`: the segment's live draw nodes that are
-//!   not persistent (its reverse block regenerates them from (path, k)).
+//! - **Per segment.** `recompute` (S > 1): what its reverse block
+//!   recomputes, [`reverse_recompute`]: only the locals its adjoint rules need, with their local
+//!   arguments. `draws`: the draws among them (the block regenerates them from (seed, path, k)).
+//!   `bookmarks`: the non-constant persistent values computed before the segment that its reverse
+//!   block reads back (arguments of `recompute`, values its adjoint rules read), ascending.
 //! - **Scratch.** With the scratch strategy and S > 1, `scratch_slots` lists every value crossing
 //!   some cut (inputs included), ascending: slot k holds `scratch_slots[k]`.
 //! - With S = 1 the plan's strategy is `Checkpoint::Off` (the plain kernel) whatever was asked.
 
+use super::adjoint_reads;
 use crate::plan::{
-    Checkpoint, Liveness, Segment, SegmentOptions, SegmentPlan, DEFAULT_SEGMENTS, DEFAULT_SEG_LEN,
+    Activity, Checkpoint, Liveness, Segment, SegmentOptions, SegmentPlan, DEFAULT_SEGMENTS,
+    DEFAULT_SEG_LEN,
 };
 use crate::tape::{Node, NodeId, Tape};
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 /// The last live reader of every live non-constant value (`n` for outputs); `None` for constants,
 /// dead values and values nothing live reads. `live` is `Activity::live`.
@@ -135,6 +140,48 @@ pub fn choose_cuts(cross: &[u32], n: usize, count: u32) -> Vec<u32> {
     cuts
 }
 
+/// What the reverse block of the segment `range` recomputes: the local nodes (in `range`, live,
+/// not constants, not persistent) whose values the segment's adjoint rules read
+/// ([`adjoint_reads`]), and, transitively, the local arguments of those. Ascending. A local that
+/// nothing in the block reads (a running sum whose only reader is a persistent value, an `add`
+/// feeding only `add`s) is not recomputed: its adjoint rule needs no forward value.
+pub fn reverse_recompute(
+    tape: &Tape,
+    act: &Activity,
+    is_persistent: &[bool],
+    range: Range<u32>,
+) -> Vec<NodeId> {
+    let local = |v: NodeId| {
+        range.contains(&v.0)
+            && act.live[v.index()]
+            && !is_persistent[v.index()]
+            && !matches!(tape.node(v), Node::Const(_))
+    };
+    let mut need = vec![false; range.len()];
+    let at = |v: NodeId| (v.0 - range.start) as usize;
+    for i in range.clone().rev() {
+        let v = NodeId(i);
+        if act.live[v.index()] && act.active[v.index()] {
+            for r in adjoint_reads(tape.node(v), v) {
+                if local(r) {
+                    need[at(r)] = true;
+                }
+            }
+        }
+        if need[at(v)] {
+            for a in tape.node(v).args() {
+                if local(a) {
+                    need[at(a)] = true;
+                }
+            }
+        }
+    }
+    (range.start..range.end)
+        .filter(|&i| need[at(NodeId(i))])
+        .map(NodeId)
+        .collect()
+}
+
 /// Cuts the tape into segments and decides which values persist (the module doc is the contract).
 /// Assumes a verified tape; `liveness` must be `liveness(tape)`. Its `last_use` counts reads by
 /// dead nodes, so the crossing rule uses the last *live* reader ([`live_last_read`], from the tape
@@ -182,28 +229,41 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
         .windows(2)
         .map(|w| {
             let (start, end) = (w[0], w[1]);
+            let recompute = if cuts.is_empty() {
+                Vec::new()
+            } else {
+                reverse_recompute(tape, &act, &is_persistent, start..end)
+            };
+            // What the reverse block reads: its recomputed nodes' arguments and the forward
+            // values its adjoint rules need; the persistent ones from before the segment are
+            // its bookmarks.
             let mut bookmarks = BTreeSet::new();
-            let mut draws = Vec::new();
-            for i in start..end {
-                let node = &tape.nodes[i as usize];
-                if !act.live[i as usize] {
-                    continue;
-                }
-                for a in node.args() {
-                    if a.0 < start
-                        && is_persistent[a.index()]
-                        && !matches!(tape.nodes[a.index()], Node::Const(_))
-                    {
-                        bookmarks.insert(a);
-                    }
-                }
-                if matches!(node, Node::Draw(..)) && !is_persistent[i as usize] {
-                    draws.push(NodeId(i));
+            let reads = recompute
+                .iter()
+                .flat_map(|&v| tape.node(v).args().collect::<Vec<_>>())
+                .chain(
+                    (start..end)
+                        .map(NodeId)
+                        .filter(|v| act.live[v.index()] && act.active[v.index()])
+                        .flat_map(|v| adjoint_reads(tape.node(v), v)),
+                );
+            for a in reads {
+                if a.0 < start
+                    && is_persistent[a.index()]
+                    && !matches!(tape.node(a), Node::Const(_))
+                {
+                    bookmarks.insert(a);
                 }
             }
+            let draws = recompute
+                .iter()
+                .copied()
+                .filter(|&v| matches!(tape.node(v), Node::Draw(..)))
+                .collect();
             Segment {
                 range: start..end,
                 bookmarks: bookmarks.into_iter().collect(),
+                recompute,
                 draws,
             }
         })
