@@ -227,7 +227,11 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
             crossing,
             persistent: persistent.into_iter().collect(),
             scratch_slots: if strategy == Checkpoint::Scratch {
-                crossing_values.into_iter().collect()
+                // Only what some reverse block reads back needs a slot.
+                crossing_values
+                    .into_iter()
+                    .filter(|v| opaque_reads.iter().any(|r| r.contains(v)))
+                    .collect()
             } else {
                 Vec::new()
             },

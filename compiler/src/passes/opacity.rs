@@ -19,9 +19,9 @@
 //! need, see `segment::reverse_recompute`), in order. With S = 1 nothing is opaque and nothing
 //! re-keyed.
 
+use super::segment::reverse_reads;
 use crate::plan::{OpacityPlan, SegmentPlan};
 use crate::tape::{BinaryOp, Node, NodeId, Tape, UnaryOp};
-use std::collections::BTreeSet;
 
 /// The forward values node `id`'s adjoint rule reads (TAPE-FORMAT.md): mul → a, b; div → b, c;
 /// exp → c; log → a; sqrt → c; max/min → a, b; abs → a; everything else → nothing. (c is the
@@ -47,27 +47,23 @@ pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
         };
     }
     let act = super::activity(tape);
-    let is_const = |v: NodeId| matches!(tape.node(v), Node::Const(_));
-    let is_persistent = |v: NodeId| plan.persistent.binary_search(&v).is_ok();
-    let mut opaque_reads = Vec::with_capacity(count);
-    for seg in &plan.segments {
-        let mut reads = BTreeSet::new();
-        for &v in &seg.recompute {
-            reads.extend(tape.node(v).args());
-        }
-        for i in seg.range.clone() {
-            let v = NodeId(i);
-            if act.live[v.index()] && act.active[v.index()] {
-                reads.extend(adjoint_reads(tape.node(v), v));
-            }
-        }
-        opaque_reads.push(
-            reads
-                .into_iter()
-                .filter(|&v| is_persistent(v) && !is_const(v))
-                .collect(),
-        );
+    let mut is_persistent = vec![false; tape.len()];
+    for v in &plan.persistent {
+        is_persistent[v.index()] = true;
     }
+    let opaque_reads = plan
+        .segments
+        .iter()
+        .map(|seg| {
+            reverse_reads(
+                tape,
+                &act,
+                &is_persistent,
+                seg.range.clone(),
+                &seg.recompute,
+            )
+        })
+        .collect();
     let rekey = plan
         .segments
         .iter()

@@ -227,9 +227,21 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
         )?;
     }
     if sp.strategy == Checkpoint::Scratch {
+        let read_back: BTreeSet<NodeId> = plan
+            .opacity
+            .opaque_reads
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        let wanted: Vec<NodeId> = crossing_values
+            .iter()
+            .copied()
+            .filter(|v| read_back.contains(v))
+            .collect();
         ensure(
-            sp.scratch_slots == crossing_values,
-            "scratch slots are the crossing values",
+            sp.scratch_slots == wanted,
+            "scratch slots are the crossing values some reverse block reads back",
             || "scratch_slots".into(),
         )?;
     } else {

@@ -28,7 +28,8 @@
 //!   `bookmarks`: the non-constant persistent values computed before the segment that its reverse
 //!   block reads back (arguments of `recompute`, values its adjoint rules read), ascending.
 //! - **Scratch.** With the scratch strategy and S > 1, `scratch_slots` lists every value crossing
-//!   some cut (inputs included), ascending: slot k holds `scratch_slots[k]`.
+//!   some cut (inputs included) that some reverse block reads back ([`reverse_reads`]),
+//!   ascending: slot k holds `scratch_slots[k]`.
 //! - With S = 1 the plan's strategy is `Checkpoint::Off` (the plain kernel) whatever was asked.
 
 use super::adjoint_reads;
@@ -182,6 +183,32 @@ pub fn reverse_recompute(
         .collect()
 }
 
+/// The persistent values the reverse block of the segment `range` reads back: the arguments of
+/// the nodes it recomputes (`recompute`, from [`reverse_recompute`]) and the forward values its
+/// adjoint rules read, when persistent and not constants. Ascending. (The opacity pass reads each
+/// of them through the opaque identity; those from before `range` are the segment's bookmarks.)
+pub fn reverse_reads(
+    tape: &Tape,
+    act: &Activity,
+    is_persistent: &[bool],
+    range: Range<u32>,
+    recompute: &[NodeId],
+) -> Vec<NodeId> {
+    let mut reads = BTreeSet::new();
+    for &v in recompute {
+        reads.extend(tape.node(v).args());
+    }
+    for v in range.map(NodeId) {
+        if act.live[v.index()] && act.active[v.index()] {
+            reads.extend(adjoint_reads(tape.node(v), v));
+        }
+    }
+    reads
+        .into_iter()
+        .filter(|&v| is_persistent[v.index()] && !matches!(tape.node(v), Node::Const(_)))
+        .collect()
+}
+
 /// Cuts the tape into segments and decides which values persist (the module doc is the contract).
 /// Assumes a verified tape; `liveness` must be `liveness(tape)`. Its `last_use` counts reads by
 /// dead nodes, so the crossing rule uses the last *live* reader ([`live_last_read`], from the tape
@@ -234,27 +261,14 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
             } else {
                 reverse_recompute(tape, &act, &is_persistent, start..end)
             };
-            // What the reverse block reads: its recomputed nodes' arguments and the forward
-            // values its adjoint rules need; the persistent ones from before the segment are
-            // its bookmarks.
-            let mut bookmarks = BTreeSet::new();
-            let reads = recompute
-                .iter()
-                .flat_map(|&v| tape.node(v).args().collect::<Vec<_>>())
-                .chain(
-                    (start..end)
-                        .map(NodeId)
-                        .filter(|v| act.live[v.index()] && act.active[v.index()])
-                        .flat_map(|v| adjoint_reads(tape.node(v), v)),
-                );
-            for a in reads {
-                if a.0 < start
-                    && is_persistent[a.index()]
-                    && !matches!(tape.node(a), Node::Const(_))
-                {
-                    bookmarks.insert(a);
-                }
-            }
+            let bookmarks: Vec<NodeId> = if cuts.is_empty() {
+                Vec::new()
+            } else {
+                reverse_reads(tape, &act, &is_persistent, start..end, &recompute)
+                    .into_iter()
+                    .filter(|v| v.0 < start)
+                    .collect()
+            };
             let draws = recompute
                 .iter()
                 .copied()
@@ -262,7 +276,7 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
                 .collect();
             Segment {
                 range: start..end,
-                bookmarks: bookmarks.into_iter().collect(),
+                bookmarks,
                 recompute,
                 draws,
             }
@@ -276,7 +290,23 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
         Checkpoint::Off
     };
     let scratch_slots = if strategy == Checkpoint::Scratch {
+        // A crossing value that no reverse block reads back needs no slot.
+        let mut read_back = vec![false; n];
+        for seg in &segments {
+            for v in reverse_reads(
+                tape,
+                &act,
+                &is_persistent,
+                seg.range.clone(),
+                &seg.recompute,
+            ) {
+                read_back[v.index()] = true;
+            }
+        }
         crossing_values
+            .into_iter()
+            .filter(|v| read_back[v.index()])
+            .collect()
     } else {
         Vec::new()
     };

@@ -142,8 +142,11 @@ fn scratch_strategy_fills_slots() {
     assert_eq!(sp.strategy, Checkpoint::Scratch);
     assert_eq!(sp.segments.len(), 8);
     assert_eq!(sp.persistent.len(), 22);
-    // Slots: every crossing value = persistent minus spot, vol (read only early) and the output.
-    assert_eq!(sp.scratch_slots.len(), 19);
+    // Slots: the crossing values some reverse block reads back: strike, rate, maturity, drift,
+    // vol·√dt, the running spot at each of the 7 cuts, and the running sum at the last cut (the
+    // payoff's max reads it). The 6 other sums cross too, but no adjoint rule needs them, so they
+    // get no slot: 13 of the 19 crossing values.
+    assert_eq!(sp.scratch_slots.len(), 13);
     assert!(!sp.scratch_slots.contains(&NodeId(0)));
     assert!(!sp.scratch_slots.contains(&NodeId(2)));
     assert!(!sp.scratch_slots.contains(&NodeId(1535)));
