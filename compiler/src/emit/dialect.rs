@@ -113,6 +113,46 @@ impl Dialect {
         }
     }
 
+    /// `cos(2 pi u2)` of the Box–Muller step, on the variable `u2` of precision `p`.
+    ///
+    /// CUDA and OpenCL have `cospi`, which reduces its argument exactly (`2 * u2` is exact) and so
+    /// needs no slow path: `cosf(6.2831855f * u2)` carries a Payne–Hanek reduction for huge
+    /// arguments that `u2` in [0, 1) never reaches, yet ptxas emits it at every draw (a third of
+    /// the 252-step Asian kernel's instructions and all its local-memory traffic). It is also the
+    /// closer value of cos(2 pi u2): no rounding of 2 pi. GLSL has no `cospi`.
+    pub fn cos_2pi(&self, p: Precision) -> String {
+        let two = self.literal(2.0, p);
+        match (self.target, p) {
+            (Target::Cuda, Precision::F32) => format!("cospif({two} * u2)"),
+            (Target::Cuda | Target::Opencl, _) => format!("cospi({two} * u2)"),
+            _ => {
+                let tau = match p {
+                    Precision::F32 => self.literal(f64::from(std::f32::consts::TAU), p),
+                    Precision::F64 => self.literal(std::f64::consts::TAU, p),
+                };
+                format!("{}({tau} * u2)", self.math(MathFn::Cos, p))
+            }
+        }
+    }
+
+    /// The square root of the Box–Muller step, whose argument `-2 ln u1` is always a normal
+    /// float in [5.9e-8, 34.7]. CUDA f32 calls `draw_sqrt` (the template defines it): IEEE
+    /// `sqrtf`'s own fast path, inline. `sqrtf` branches to an out-of-line slow path for
+    /// arguments below 2^-101, infinities and NaNs; the call makes ptxas spill live registers
+    /// around every draw. Elsewhere it is the precision's `sqrt`.
+    pub fn draw_sqrt(&self, p: Precision) -> &'static str {
+        if self.inline_draw_sqrt(p) {
+            "draw_sqrt"
+        } else {
+            self.math(MathFn::Sqrt, p)
+        }
+    }
+
+    /// Whether the template must define `draw_sqrt` (see [`Dialect::draw_sqrt`]).
+    pub fn inline_draw_sqrt(&self, p: Precision) -> bool {
+        self.target == Target::Cuda && p == Precision::F32
+    }
+
     /// A conversion of `expr` to type `ty` (`(ty)(expr)` in C, `ty(expr)` in GLSL).
     pub fn cast(&self, ty: &str, expr: &str) -> String {
         if self.target == Target::Glsl {
@@ -258,5 +298,12 @@ mod tests {
         assert_eq!(GLSL.cast("double", "v1"), "double(v1)");
         assert_eq!(CUDA.cast("double", "v1"), "(double)(v1)");
         assert_eq!(binary_op(BinaryOp::Max, "v1", "v2"), "(v1 >= v2) ? v1 : v2");
+        assert_eq!(CUDA.cos_2pi(Precision::F32), "cospif(2.0f * u2)");
+        assert_eq!(CUDA.cos_2pi(Precision::F64), "cospi(2.0 * u2)");
+        assert_eq!(OPENCL.cos_2pi(Precision::F32), "cospi(2.0f * u2)");
+        assert_eq!(GLSL.cos_2pi(Precision::F32), "cos(6.2831855 * u2)");
+        assert_eq!(CUDA.draw_sqrt(Precision::F32), "draw_sqrt");
+        assert_eq!(CUDA.draw_sqrt(Precision::F64), "sqrt");
+        assert_eq!(OPENCL.draw_sqrt(Precision::F32), "sqrt");
     }
 }

@@ -47,10 +47,10 @@ struct Skeleton {
     two21: String,
     ulp: String,
     minus_two: String,
-    tau: String,
+    cos_2pi: String,
     sqrt: &'static str,
+    inline_draw_sqrt: bool,
     log: &'static str,
-    cos: &'static str,
     body: String,
 }
 
@@ -111,10 +111,6 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
             d.literal(2f64.powi(-24), p),
         )
     };
-    let tau = match p {
-        Precision::F32 => d.literal(f64::from(std::f32::consts::TAU), p),
-        Precision::F64 => d.literal(std::f64::consts::TAU, p),
-    };
     let sk = Skeleton {
         version: env!("CARGO_PKG_VERSION"),
         kind: kind(body),
@@ -150,10 +146,10 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         two21: d.literal(2097152.0, p),
         ulp,
         minus_two: d.literal(-2.0, p),
-        tau,
-        sqrt: d.math(MathFn::Sqrt, p),
+        cos_2pi: d.cos_2pi(p),
+        sqrt: d.draw_sqrt(p),
+        inline_draw_sqrt: d.inline_draw_sqrt(p),
         log: d.math(MathFn::Log, p),
-        cos: d.math(MathFn::Cos, p),
         body: body.render(2),
     };
     sk.render().map_err(|e| EmitError::Render {
