@@ -8,6 +8,8 @@
 //!
 //! Each arrow is one function with a typed result; nothing goes backwards.
 
+pub mod closed_form;
+pub mod compile;
 pub mod corpus;
 pub mod emit;
 pub mod format;

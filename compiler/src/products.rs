@@ -693,47 +693,6 @@ mod tests {
         );
     }
 
-    fn norm_cdf(x: f64) -> f64 {
-        0.5 * erfc(-x / std::f64::consts::SQRT_2)
-    }
-
-    /// Numerical Recipes' erfcc (a Chebyshev fit, fractional error below 1.2e-7): plenty for a
-    /// 4-standard-error check.
-    fn erfc(x: f64) -> f64 {
-        let z = x.abs();
-        let t = 1.0 / (1.0 + 0.5 * z);
-        let r = t
-            * (-z * z - 1.26551223
-                + t * (1.00002368
-                    + t * (0.37409196
-                        + t * (0.09678418
-                            + t * (-0.18628806
-                                + t * (0.27886807
-                                    + t * (-1.13520398
-                                        + t * (1.48851587
-                                            + t * (-0.82215223 + t * 0.17087277)))))))))
-                .exp();
-        if x >= 0.0 {
-            r
-        } else {
-            2.0 - r
-        }
-    }
-
-    /// Black–Scholes call: (price, delta, vega).
-    fn black_scholes_call(m: &Market) -> (f64, f64, f64) {
-        let sd = m.vol * m.maturity.sqrt();
-        let d1 = ((m.spot / m.strike).ln() + (m.rate + 0.5 * m.vol * m.vol) * m.maturity) / sd;
-        let d2 = d1 - sd;
-        let df = (-m.rate * m.maturity).exp();
-        let pdf = (-0.5 * d1 * d1).exp() / (2.0 * std::f64::consts::PI).sqrt();
-        (
-            m.spot * norm_cdf(d1) - m.strike * df * norm_cdf(d2),
-            norm_cdf(d1),
-            m.spot * pdf * m.maturity.sqrt(),
-        )
-    }
-
     #[test]
     fn european_matches_black_scholes() {
         let m = Market::default();
@@ -752,7 +711,8 @@ mod tests {
             }
         }
         let n = paths as f64;
-        let (price, delta, vega) = black_scholes_call(&m);
+        let bs = crate::closed_form::black_scholes(true, &m);
+        let (price, delta, vega) = (bs.price, bs.greeks[0], bs.greeks[2]);
         assert!((price - 9.4134).abs() < 1e-3, "closed form {price}");
         let rep = evaluate(&t, &x, 11, paths).unwrap();
         let o = &rep.outputs[0];

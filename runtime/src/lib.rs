@@ -21,12 +21,14 @@
 //!
 //! # Backends
 //!
-//! [`Backend`] is one enum with a variant per driver. Each variant implements one step,
-//! `range_sums(kernel, market, seed, paths, range) -> Vec<PartialSums>` (one per `manifest.sums`
-//! entry, over paths `range`), and declares the largest range it takes in one go
-//! ([`Backend::max_range`]; GPU backends: 2^27 paths per dispatch, the global path index carried in
-//! the launch). [`Backend::run`] does the rest: markets, ranges, merging, the report. The CPU
-//! backend spreads a range over threads in 1024-aligned chunks.
+//! [`Backend`] is one enum with a variant per driver: the CPU JIT, Vulkan, CUDA and OpenCL. Each
+//! device implements one step, `run_range(kernel, market, seed, paths, range) -> Vec<PartialSums>`
+//! (one per `manifest.sums` entry, over paths `range`), and the backend declares the largest
+//! range it takes in one go ([`Backend::max_range`]; GPU backends: 2^27 paths per dispatch, the
+//! global path index carried in the launch). [`Backend::run`] does the rest: markets, ranges,
+//! merging, the report; [`Backend::partial_sums`] and [`Backend::report`] are its two halves, for
+//! a host that splits a run across devices or machines. The CPU backend spreads a range over
+//! threads in 1024-aligned chunks.
 
 pub mod cpu;
 pub mod manifest;
@@ -85,7 +87,9 @@ pub struct Progress {
 pub struct RunOptions<'a> {
     /// Worker threads (CPU); `None` = the available cores.
     pub threads: Option<usize>,
-    /// Paths per chunk, a multiple of 1024; `None` picks one from the path and thread counts.
+    /// Paths per chunk, a multiple of 1024: on the CPU the unit of work a thread takes (`None`
+    /// picks one from the path and thread counts); on a GPU the most paths one dispatch covers
+    /// (`None`: the backend's limit, [`Backend::max_range`]).
     pub chunk_paths: Option<u64>,
     /// Called after every chunk; must be cheap (a progress bar).
     pub progress: Option<&'a (dyn Fn(Progress) + Sync)>,
@@ -109,6 +113,8 @@ pub enum Backend {
     Vulkan(Box<vulkan::Device>),
     /// A CUDA device (kernels compiled by NVRTC).
     Cuda(Box<cuda::Device>),
+    /// An OpenCL device (PoCL on the CPU, a GPU driver).
+    Opencl(Box<opencl::Device>),
 }
 
 impl std::fmt::Debug for Backend {
@@ -129,6 +135,7 @@ enum Code {
     Cpu(cpu::Compiled),
     Vulkan(vulkan::Kernel),
     Cuda(cuda::Kernel),
+    Opencl(opencl::Kernel),
 }
 
 impl LoadedKernel {
@@ -150,7 +157,7 @@ impl Backend {
             Target::Cpu => Ok(Backend::Cpu),
             Target::Glsl => Ok(Backend::Vulkan(Box::new(vulkan::open()?))),
             Target::Cuda => Ok(Backend::Cuda(Box::new(cuda::open()?))),
-            other => Err(RuntimeError::Unsupported(other.name())),
+            Target::Opencl => Ok(Backend::Opencl(Box::new(opencl::open()?))),
         }
     }
 
@@ -163,6 +170,7 @@ impl Backend {
             ),
             Backend::Vulkan(d) => d.describe(),
             Backend::Cuda(d) => d.describe(),
+            Backend::Opencl(d) => d.describe(),
         }
     }
 
@@ -172,14 +180,16 @@ impl Backend {
             Backend::Cpu => Target::Cpu,
             Backend::Vulkan(_) => Target::Glsl,
             Backend::Cuda(_) => Target::Cuda,
+            Backend::Opencl(_) => Target::Opencl,
         }
     }
 
-    /// The most paths one `range_sums` call takes (the CPU: unlimited; GPUs: 2^27 per dispatch).
+    /// The most paths one range takes (the CPU: unlimited; GPUs: 2^27 per dispatch; PoCL 2^20).
     pub fn max_range(&self) -> u64 {
         match self {
             Backend::Cpu => u64::MAX,
             Backend::Vulkan(_) | Backend::Cuda(_) => gpu::MAX_PATHS_PER_DISPATCH,
+            Backend::Opencl(d) => d.max_range(),
         }
     }
 
@@ -204,6 +214,7 @@ impl Backend {
             Backend::Cpu => Code::Cpu(cpu::load(source, manifest)?),
             Backend::Vulkan(d) => Code::Vulkan(d.load(source, manifest)?),
             Backend::Cuda(d) => Code::Cuda(d.load(source, manifest)?),
+            Backend::Opencl(d) => Code::Opencl(d.load(source, manifest)?),
         };
         Ok(LoadedKernel {
             manifest: manifest.clone(),
@@ -225,38 +236,22 @@ impl Backend {
         if paths == 0 {
             return Err(ReportError::NoPaths.into());
         }
-        if let Some(c) = opts.chunk_paths {
-            if c == 0 || c % PATH_ALIGN != 0 {
-                return Err(RuntimeError::Run(format!(
-                    "chunk of {c} paths is not a positive multiple of {PATH_ALIGN}"
-                )));
-            }
-        }
-        if opts.threads == Some(0) {
-            return Err(RuntimeError::Run("0 threads".into()));
-        }
-        let m = &kernel.manifest;
-        let n_inputs = m.inputs.len();
-        for (i, market) in markets.iter().enumerate() {
-            if market.len() != n_inputs {
-                return Err(RuntimeError::Market {
-                    market: i,
-                    problem: format!("{} values for {} inputs", market.len(), n_inputs),
-                });
-            }
-        }
-        let row = cpu::row_len(m)?;
-        let per_output = row / m.outputs.len();
-        let max = self.max_range().max(PATH_ALIGN) / PATH_ALIGN * PATH_ALIGN;
+        check_options(opts)?;
+        // GPU backends take `chunk_paths` as the most paths one call covers; the CPU backend
+        // takes a whole range and spreads it over threads in chunks of that many paths.
+        let step = match (self, opts.chunk_paths) {
+            (Backend::Cpu, _) | (_, None) => self.max_range(),
+            (_, Some(c)) => c.min(self.max_range()),
+        };
+        let step = (step.max(PATH_ALIGN) / PATH_ALIGN) * PATH_ALIGN;
         let mut reports = Vec::with_capacity(markets.len());
         for (mi, market) in markets.iter().enumerate() {
-            let mut sums: Vec<PartialSums> = (0..row)
-                .map(|_| PartialSums::empty(paths))
-                .collect::<Result<_, _>>()?;
+            self.check_market(kernel, mi, market)?;
+            let mut sums = self.empty_sums(kernel, paths)?;
             let mut start = 0u64;
             while start < paths {
-                let end = start.saturating_add(max).min(paths);
-                let part = self.range_sums(
+                let end = start.saturating_add(step).min(paths);
+                let part = self.sums_of(
                     kernel,
                     market,
                     seed,
@@ -265,32 +260,117 @@ impl Backend {
                     opts,
                     (mi, markets.len()),
                 )?;
-                for (s, p) in sums.iter_mut().zip(&part) {
-                    s.merge(p)?;
-                }
+                merge_into(&mut sums, &part)?;
                 start = end;
             }
-            let outputs = sums
-                .chunks(per_output)
-                .map(|c| report::OutputSums {
-                    value: c[0].clone(),
-                    square: c[1].clone(),
-                    greeks: c[2..].to_vec(),
-                })
-                .collect::<Vec<_>>();
-            let inputs: Vec<String> = if m.mode == Mode::Reverse {
-                m.inputs.clone()
-            } else {
-                Vec::new()
-            };
-            reports.push(Report::from_sums(&m.outputs, &inputs, &outputs)?);
+            reports.push(self.report(kernel, &sums)?);
         }
         Ok(reports)
     }
 
-    /// The partial sums (one per `manifest.sums` entry) of paths `range` of a `paths`-path run.
+    /// The partial sums (one per `manifest.sums` entry) of paths `range` of a `paths`-path run
+    /// at `market` under `seed`: `range.start` a multiple of 1024, `range.end` one too or
+    /// `paths`. Merging the sums of ranges that tile `0..paths`, in any order and grouping, gives
+    /// the bits of [`Backend::run`] (this is how a run is split across devices or machines).
+    pub fn partial_sums(
+        &self,
+        kernel: &LoadedKernel,
+        market: &[f64],
+        seed: u64,
+        paths: u64,
+        range: Range<u64>,
+        opts: &RunOptions,
+    ) -> Result<Vec<PartialSums>, RuntimeError> {
+        check_options(opts)?;
+        self.check_market(kernel, 0, market)?;
+        if range.start >= range.end
+            || range.end > paths
+            || range.start % PATH_ALIGN != 0
+            || (range.end != paths && range.end % PATH_ALIGN != 0)
+        {
+            return Err(RuntimeError::Run(format!(
+                "path range {range:?} of a {paths}-path run: it must be non-empty, inside the run, \
+                 and start (and end, unless at the run's end) at a multiple of {PATH_ALIGN}"
+            )));
+        }
+        let mut sums = self.empty_sums(kernel, paths)?;
+        let mut start = range.start;
+        while start < range.end {
+            let end = start.saturating_add(self.max_range()).min(range.end);
+            let part = self.sums_of(kernel, market, seed, paths, start..end, opts, (0, 1))?;
+            merge_into(&mut sums, &part)?;
+            start = end;
+        }
+        Ok(sums)
+    }
+
+    /// The report of complete sums (one per `manifest.sums` entry, covering every path).
+    pub fn report(
+        &self,
+        kernel: &LoadedKernel,
+        sums: &[PartialSums],
+    ) -> Result<Report, RuntimeError> {
+        let m = &kernel.manifest;
+        let row = cpu::row_len(m)?;
+        if sums.len() != row {
+            return Err(RuntimeError::Run(format!(
+                "{} sums for a kernel with {row}",
+                sums.len()
+            )));
+        }
+        let per_output = row / m.outputs.len();
+        let outputs = sums
+            .chunks(per_output)
+            .map(|c| report::OutputSums {
+                value: c[0].clone(),
+                square: c[1].clone(),
+                greeks: c[2..].to_vec(),
+            })
+            .collect::<Vec<_>>();
+        let inputs: Vec<String> = if m.mode == Mode::Reverse {
+            m.inputs.clone()
+        } else {
+            Vec::new()
+        };
+        Ok(Report::from_sums(&m.outputs, &inputs, &outputs)?)
+    }
+
+    fn check_market(
+        &self,
+        kernel: &LoadedKernel,
+        index: usize,
+        market: &[f64],
+    ) -> Result<(), RuntimeError> {
+        let n_inputs = kernel.manifest.inputs.len();
+        if market.len() != n_inputs {
+            return Err(RuntimeError::Market {
+                market: index,
+                problem: format!("{} values for {} inputs", market.len(), n_inputs),
+            });
+        }
+        if let Some((i, x)) = market.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+            return Err(RuntimeError::Market {
+                market: index,
+                problem: format!("{} = {x} is not finite", kernel.manifest.inputs[i]),
+            });
+        }
+        Ok(())
+    }
+
+    fn empty_sums(
+        &self,
+        kernel: &LoadedKernel,
+        paths: u64,
+    ) -> Result<Vec<PartialSums>, RuntimeError> {
+        let row = cpu::row_len(&kernel.manifest)?;
+        Ok((0..row)
+            .map(|_| PartialSums::empty(paths))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// The partial sums of one range no longer than `max_range`.
     #[allow(clippy::too_many_arguments)]
-    fn range_sums(
+    fn sums_of(
         &self,
         kernel: &LoadedKernel,
         market: &[f64],
@@ -314,6 +394,11 @@ impl Backend {
                 gpu_progress(opts, market_of, range.end, paths);
                 Ok(sums)
             }
+            (Backend::Opencl(d), Code::Opencl(k)) => {
+                let sums = d.run_range(k, market, seed, paths, range.clone())?;
+                gpu_progress(opts, market_of, range.end, paths);
+                Ok(sums)
+            }
             (b, k) => Err(RuntimeError::WrongBackend {
                 kernel: k.backend_name(),
                 backend: b.name(),
@@ -326,6 +411,7 @@ impl Backend {
             Backend::Cpu => "cpu",
             Backend::Vulkan(_) => "vulkan",
             Backend::Cuda(_) => "cuda",
+            Backend::Opencl(_) => "opencl",
         }
     }
 }
@@ -336,8 +422,30 @@ impl Code {
             Code::Cpu(_) => "cpu",
             Code::Vulkan(_) => "vulkan",
             Code::Cuda(_) => "cuda",
+            Code::Opencl(_) => "opencl",
         }
     }
+}
+
+fn check_options(opts: &RunOptions) -> Result<(), RuntimeError> {
+    if let Some(c) = opts.chunk_paths {
+        if c == 0 || c % PATH_ALIGN != 0 {
+            return Err(RuntimeError::Run(format!(
+                "chunk of {c} paths is not a positive multiple of {PATH_ALIGN}"
+            )));
+        }
+    }
+    if opts.threads == Some(0) {
+        return Err(RuntimeError::Run("0 threads".into()));
+    }
+    Ok(())
+}
+
+fn merge_into(sums: &mut [PartialSums], part: &[PartialSums]) -> Result<(), RuntimeError> {
+    for (s, p) in sums.iter_mut().zip(part) {
+        s.merge(p)?;
+    }
+    Ok(())
 }
 
 /// Reports a GPU range as done (GPU ranges finish whole; the CPU reports per chunk).
@@ -452,4 +560,5 @@ fn cpu_range_sums(
 
 pub mod cuda;
 pub mod gpu;
+pub mod opencl;
 pub mod vulkan;

@@ -39,6 +39,15 @@ pub enum Mode {
     Reverse,
 }
 
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Price => "price",
+            Mode::Reverse => "reverse",
+        }
+    }
+}
+
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
@@ -51,6 +60,14 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::F64 => "f64",
+        }
+    }
+
+    /// The size of one value, in bytes.
+    pub fn bytes(self) -> usize {
+        match self {
+            Precision::F32 => 4,
+            Precision::F64 => 8,
         }
     }
 }

@@ -1,11 +1,12 @@
 //! `nablac TAPE --target cuda|opencl|glsl|cpu -o FILE`: the main job.
 
 use super::output::Staged;
-use super::{CheckpointArg, CompileOpts, LayoutArg, ModeArg, PrecisionArg, TargetArg};
+use super::{CompileOpts, LayoutArg, ModeArg, PrecisionArg, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use nablac::compile::{CompileOptions, Compiled};
 use nablac::emit::{Mode, Precision, Target};
-use nablac::plan::{Checkpoint, SegmentOptions};
+use nablac::plan::SegmentOptions;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
@@ -23,12 +24,6 @@ pub struct CompileArgs {
     pub opts: CompileOpts,
 }
 
-/// A compiled kernel: its source text and manifest.
-pub struct Compiled {
-    pub source: String,
-    pub manifest: nablac::emit::Manifest,
-}
-
 pub fn target(t: TargetArg) -> Target {
     match t {
         TargetArg::Cpu => Target::Cpu,
@@ -38,77 +33,37 @@ pub fn target(t: TargetArg) -> Target {
     }
 }
 
-pub fn segment_options(
-    checkpoint: CheckpointArg,
-    segments: Option<u32>,
-    ckpt_nodes: u32,
-    seg_len: Option<u32>,
-) -> SegmentOptions {
-    SegmentOptions {
-        strategy: match checkpoint {
-            CheckpointArg::Registers => Checkpoint::Registers,
-            CheckpointArg::Scratch => Checkpoint::Scratch,
-            CheckpointArg::Off => Checkpoint::Off,
-        },
-        segments,
-        ckpt_nodes,
-        seg_len,
+/// The library's compile options for `target` from the command line's.
+pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
+    let mut c = CompileOptions::new(target);
+    match o.precision {
+        Some(PrecisionArg::F32) => c.precision = Precision::F32,
+        Some(PrecisionArg::F64) => c.precision = Precision::F64,
+        None => {}
     }
+    c.mode = match o.mode {
+        ModeArg::Price => Mode::Price,
+        // Forward (tangent) mode and the automatic choice between the two come later.
+        ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
+    };
+    c.segments = SegmentOptions {
+        strategy: o.checkpoint.map_or(c.segments.strategy, Into::into),
+        segments: o.segments,
+        ckpt_nodes: o.ckpt_nodes,
+        seg_len: o.seg_len,
+    };
+    c.scratch_layout = match o.scratch_layout {
+        LayoutArg::Soa => nablac::emit::ScratchLayout::Soa,
+        LayoutArg::Aos => nablac::emit::ScratchLayout::Aos,
+    };
+    c.workgroup_size = o.workgroup;
+    c.annotate = o.annotate;
+    c
 }
 
 /// Compiles a verified tape for `target` with the command line's options.
 pub fn compile(tape: &nablac::tape::Tape, target: Target, o: &CompileOpts) -> Result<Compiled> {
-    let precision = match o.precision {
-        Some(PrecisionArg::F32) => Precision::F32,
-        Some(PrecisionArg::F64) => Precision::F64,
-        None if target == Target::Cpu => Precision::F64,
-        None => Precision::F32,
-    };
-    let mode = match o.mode {
-        ModeArg::Price => Mode::Price,
-        ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
-    };
-    let checkpoint = match (o.checkpoint, target) {
-        (Some(CheckpointArg::Scratch), Target::Glsl | Target::Cpu) => bail!(
-            "--checkpoint scratch is for cuda and opencl; {} keeps values in registers",
-            target.name()
-        ),
-        (Some(c), _) => c,
-        // The CPU keeps a path's values in cache: checkpointing buys nothing there.
-        (None, Target::Cpu) => CheckpointArg::Off,
-        (None, _) => CheckpointArg::Registers,
-    };
-    let seg = segment_options(checkpoint, o.segments, o.ckpt_nodes, o.seg_len);
-    let plan = nablac::passes::plan(tape, &seg);
-    let layout = match o.scratch_layout {
-        LayoutArg::Soa => nablac::emit::ScratchLayout::Soa,
-        LayoutArg::Aos => nablac::emit::ScratchLayout::Aos,
-    };
-    let kernel = match target {
-        Target::Cpu => {
-            let k = nablac::jit::emit(tape, &plan, &nablac::jit::Options { mode, precision })?;
-            Compiled {
-                source: k.source,
-                manifest: k.manifest,
-            }
-        }
-        _ => {
-            let opts = nablac::emit::EmitOptions {
-                target,
-                mode,
-                precision,
-                workgroup_size: o.workgroup,
-                scratch_layout: layout,
-                annotate: o.annotate,
-            };
-            let k = nablac::emit::emit(tape, &plan, &opts)?;
-            Compiled {
-                source: k.source,
-                manifest: k.manifest,
-            }
-        }
-    };
-    Ok(kernel)
+    Ok(nablac::compile::compile(tape, &compile_options(target, o))?)
 }
 
 /// The manifest's path for a kernel written to `out`: `out` with `.json` appended.
@@ -130,12 +85,19 @@ pub fn run(args: &CompileArgs) -> Result<()> {
     staged.write(out, k.source.as_bytes())?;
     staged.write(&manifest_path(out), manifest.as_bytes())?;
     staged.commit()?;
+    let shape = if k.manifest.segments > 1 {
+        format!(
+            "checkpointed: {} segments, {} persistent values",
+            k.manifest.segments, k.manifest.persistent
+        )
+    } else {
+        "not checkpointed".to_string()
+    };
     eprintln!(
-        "wrote {} ({} kernel, {} segments, {} persistent values) and {}",
+        "wrote {} ({} {} kernel, {shape}) and {}",
         out.display(),
         k.manifest.target.name(),
-        k.manifest.segments,
-        k.manifest.persistent,
+        k.manifest.mode.name(),
         manifest_path(out).display()
     );
     Ok(())

@@ -33,12 +33,12 @@ pub struct ExplainArgs {
 
 pub fn run(args: &ExplainArgs) -> Result<()> {
     let (tape, _info) = super::load_tape(&args.tape.tape)?;
-    let opts = super::compile::segment_options(
-        args.checkpoint,
-        args.segments,
-        args.ckpt_nodes,
-        args.seg_len,
-    );
+    let opts = nablac::plan::SegmentOptions {
+        strategy: args.checkpoint.into(),
+        segments: args.segments,
+        ckpt_nodes: args.ckpt_nodes,
+        seg_len: args.seg_len,
+    };
     let plan = nablac::passes::plan(&tape, &opts);
     let explain = nablac::passes::explain(&tape, &plan);
     if let Some(path) = &args.plot {

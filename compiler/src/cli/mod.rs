@@ -106,6 +106,16 @@ pub enum CheckpointArg {
     Off,
 }
 
+impl From<CheckpointArg> for nablac::plan::Checkpoint {
+    fn from(c: CheckpointArg) -> Self {
+        match c {
+            CheckpointArg::Registers => nablac::plan::Checkpoint::Registers,
+            CheckpointArg::Scratch => nablac::plan::Checkpoint::Scratch,
+            CheckpointArg::Off => nablac::plan::Checkpoint::Off,
+        }
+    }
+}
+
 #[derive(Copy, Clone, PartialEq, Eq, Debug, ValueEnum)]
 pub enum LayoutArg {
     /// Structure of arrays: `scratch[slot * invocations + tid]` (coalesced).

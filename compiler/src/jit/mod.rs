@@ -73,11 +73,7 @@ pub enum JitError {
 
 /// The entry point's name for `opts`: `nablac_cpu_<mode>_<precision>`.
 pub fn entry_name(opts: &Options) -> String {
-    let mode = match opts.mode {
-        Mode::Price => "price",
-        Mode::Reverse => "reverse",
-    };
-    format!("nablac_cpu_{mode}_{}", opts.precision.name())
+    format!("nablac_cpu_{}_{}", opts.mode.name(), opts.precision.name())
 }
 
 /// The per-path leaves (and partial sums) in row order: `manifest::sum_names`, as every target.

@@ -1,0 +1,464 @@
+//! The OpenCL backend: runs emitted OpenCL C kernels (compiler/src/emit, the ABI) through `opencl3`.
+//!
+//! Contract: the OpenCL ICD loader (libOpenCL.so.1) is loaded at run time, so a binary without
+//! OpenCL builds and runs and [`open`] says "OpenCL loader not found". `open` picks a device with
+//! double precision (`NABLAC_OPENCL_DEVICE`, a substring of `platform / device`, chooses one; else
+//! a GPU first, then any other type) and proves it with a tiny real launch under a timeout before
+//! returning. [`Device::load`] builds the program with the manifest's `compile_options` plus
+//! `-cl-std=CL1.2`; the program binary is cached (`gpu::cache`) on (source, device and driver,
+//! options), so a second run skips the driver's compiler. [`Device::run_range`] returns one
+//! `PartialSums` per manifest sum, as the Vulkan and CUDA backends do.
+//!
+//! The scratch kernel's buffer holds `slots * invocations` values: a dispatch is capped so that
+//! it fits in the device's largest allocation (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`).
+
+use crate::gpu::{self, cache, GpuError};
+use crate::manifest::{Checkpoint, Manifest, Precision, Target};
+use crate::report::PartialSums;
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::device::{
+    Device as ClDevice, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU,
+};
+use opencl3::kernel::{ExecuteKernel, Kernel as ClKernel};
+use opencl3::memory::{Buffer, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE, CL_MEM_WRITE_ONLY};
+use opencl3::program::Program;
+use opencl3::types::{cl_uint, CL_BLOCKING};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+const DRIVER: &str = "OpenCL";
+/// How long the probe launch in [`open`] may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long one dispatch may run before the wait gives up.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+/// Paths per dispatch on a CPU device (PoCL): small enough that progress is reported often.
+const CPU_PATHS_PER_DISPATCH: u64 = 1 << 20;
+
+const PROBE_CL: &str = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+__kernel void nb_probe(__global const double* inputs, __global double* partials,
+    uint a, uint b, uint c, uint d, uint e, uint f, uint zero)
+{ partials[0] = inputs[0] * 2.0 + (double)zero; }
+";
+
+/// An opened OpenCL device with its context and in-order queue.
+pub struct Device {
+    device: ClDevice,
+    context: Context,
+    queue: CommandQueue,
+    /// `platform / device`.
+    label: String,
+    driver: String,
+    is_cpu: bool,
+    max_alloc: u64,
+}
+
+/// A built kernel and the manifest that says how to launch it.
+pub struct Kernel {
+    manifest: Manifest,
+    kernel: ClKernel,
+    _program: Program,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "opencl::Kernel({})", self.manifest.entry_point)
+    }
+}
+
+impl Kernel {
+    /// The manifest the kernel was loaded with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+}
+
+/// Every OpenCL device as (`platform / device`, id); errors say what is missing.
+fn devices() -> Result<Vec<(String, ClDevice)>, GpuError> {
+    let platforms = opencl3::platform::get_platforms().map_err(|e| {
+        GpuError::Unavailable(if e.0 == opencl3::error_codes::DLOPEN_RUNTIME_LOAD_FAILED {
+            "OpenCL loader (libOpenCL.so.1) not found: install an ICD loader and a driver \
+             (Debian: ocl-icd-libopencl1 and pocl-opencl-icd)"
+                .into()
+        } else {
+            format!("OpenCL: no platform ({e}); is an ICD (e.g. pocl-opencl-icd) installed?")
+        })
+    })?;
+    let mut out = Vec::new();
+    for p in &platforms {
+        let pname = p.name().unwrap_or_else(|_| "?".into());
+        if let Ok(ids) = p.get_devices(CL_DEVICE_TYPE_ALL) {
+            for id in ids {
+                let d = ClDevice::new(id);
+                let name = d.name().unwrap_or_else(|_| "?".into());
+                out.push((format!("{pname} / {name}"), d));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(GpuError::Unavailable(format!(
+            "OpenCL: {} platform(s) but no device",
+            platforms.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// Opens the chosen OpenCL device (see the module doc) and proves it with a tiny launch.
+pub fn open() -> Result<Device, GpuError> {
+    let all = devices()?;
+    let want = std::env::var("NABLAC_OPENCL_DEVICE").unwrap_or_default();
+    let fp64 = |d: &ClDevice| d.double_fp_config().is_ok_and(|c| c != 0);
+    let chosen = if want.is_empty() {
+        let rank = |d: &ClDevice| match d.dev_type() {
+            Ok(t) if t & CL_DEVICE_TYPE_GPU != 0 => 0,
+            Ok(t) if t & CL_DEVICE_TYPE_CPU == 0 => 1,
+            _ => 2,
+        };
+        all.iter()
+            .filter(|(_, d)| fp64(d))
+            .min_by_key(|(_, d)| rank(d))
+            .ok_or_else(|| {
+                GpuError::Unavailable(format!(
+                    "OpenCL: no device with double precision (cl_khr_fp64) among: {}",
+                    names(&all)
+                ))
+            })?
+    } else {
+        all.iter()
+            .find(|(label, _)| label.contains(&want))
+            .ok_or_else(|| {
+                GpuError::Unavailable(format!(
+                    "OpenCL: no device matches NABLAC_OPENCL_DEVICE={want:?} (devices: {})",
+                    names(&all)
+                ))
+            })?
+    };
+    let (label, device) = (chosen.0.clone(), ClDevice::new(chosen.1.id()));
+    if !fp64(&device) {
+        return Err(GpuError::Unavailable(format!(
+            "OpenCL: {label} has no double precision (cl_khr_fp64); the partial sums are f64"
+        )));
+    }
+    let drv = |what: &str, e: String| GpuError::Driver {
+        driver: DRIVER,
+        device: label.clone(),
+        what: what.into(),
+        message: e,
+    };
+    let context =
+        Context::from_device(&device).map_err(|e| drv("clCreateContext", e.to_string()))?;
+    #[allow(deprecated)]
+    let queue = CommandQueue::create_default(&context, 0)
+        .map_err(|e| drv("clCreateCommandQueue", e.to_string()))?;
+    let driver = device.driver_version().unwrap_or_default();
+    let is_cpu = device.dev_type().is_ok_and(|t| t & CL_DEVICE_TYPE_CPU != 0);
+    let max_alloc = device.max_mem_alloc_size().unwrap_or(128 << 20);
+    let dev = Device {
+        device,
+        context,
+        queue,
+        label,
+        driver,
+        is_cpu,
+        max_alloc,
+    };
+    dev.probe()?;
+    Ok(dev)
+}
+
+fn names(all: &[(String, ClDevice)]) -> String {
+    all.iter()
+        .map(|(l, _)| l.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Device {
+    /// "platform / device (OpenCL driver version)", as errors print it.
+    pub fn describe(&self) -> String {
+        format!("{} (driver {})", self.label, self.driver)
+    }
+
+    /// True for a CPU device such as PoCL's.
+    pub fn is_cpu(&self) -> bool {
+        self.is_cpu
+    }
+
+    fn err(&self, what: &str, e: impl std::fmt::Display) -> GpuError {
+        GpuError::Driver {
+            driver: DRIVER,
+            device: self.label.clone(),
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+
+    fn probe(&self) -> Result<(), GpuError> {
+        let (program, kernel) = self.build(PROBE_CL, "nb_probe", "")?;
+        let input = self.upload(&[1.25f64])?;
+        let out = self.zeros::<f64>(1, CL_MEM_WRITE_ONLY)?;
+        let z: cl_uint = 0;
+        let mut exec = ExecuteKernel::new(&kernel);
+        // SAFETY: the argument list matches the probe kernel's signature.
+        unsafe {
+            exec.set_arg(&input).set_arg(&out);
+            for _ in 0..7 {
+                exec.set_arg(&z);
+            }
+        }
+        exec.set_global_work_size(1).set_local_work_size(1);
+        self.finish_launch(&mut exec, "probe launch", PROBE_TIMEOUT)?;
+        let mut got = [0f64];
+        self.download(&out, &mut got)?;
+        drop(program);
+        if got != [2.5] {
+            return Err(self.err("probe launch", format!("wrote {got:?}, expected [2.5]")));
+        }
+        Ok(())
+    }
+
+    /// Builds `source` (binary cached, see the module doc) and creates kernel `entry`.
+    fn build(
+        &self,
+        source: &str,
+        entry: &str,
+        options: &str,
+    ) -> Result<(Program, ClKernel), GpuError> {
+        let key = cache::key(
+            "clbin",
+            &format!("{} {}", self.label, self.driver),
+            &[options.to_string()],
+            source,
+        );
+        let compile_err = |log: String| GpuError::Compile {
+            compiler: "OpenCL",
+            device: self.label.clone(),
+            entry: entry.into(),
+            log,
+        };
+        let from_cache = cache::get(&key, "clbin").and_then(|bin| {
+            // SAFETY: the binary came from this device and driver (they are in the key).
+            let mut p = unsafe {
+                Program::create_from_binary(&self.context, &[self.device.id()], &[&bin[..]])
+            }
+            .ok()?;
+            p.build(&[self.device.id()], options).ok()?;
+            Some(p)
+        });
+        let program = match from_cache {
+            Some(p) => p,
+            None => {
+                let mut p = Program::create_from_source(&self.context, source)
+                    .map_err(|e| self.err("clCreateProgramWithSource", e))?;
+                if let Err(e) = p.build(&[self.device.id()], options) {
+                    let log = p.get_build_log(self.device.id()).unwrap_or_default();
+                    let line = log
+                        .lines()
+                        .find(|l| l.contains("error"))
+                        .unwrap_or(log.trim())
+                        .to_string();
+                    return Err(compile_err(if line.is_empty() {
+                        format!("clBuildProgram: {e}")
+                    } else {
+                        line
+                    }));
+                }
+                if let Some(bin) = p.get_binaries().ok().and_then(|b| b.into_iter().next()) {
+                    if !bin.is_empty() {
+                        cache::put(&key, "clbin", &bin);
+                    }
+                }
+                p
+            }
+        };
+        let kernel = ClKernel::create(&program, entry)
+            .map_err(|e| self.err(&format!("clCreateKernel({entry})"), e))?;
+        Ok((program, kernel))
+    }
+
+    /// Builds `source` (target `opencl`) and creates its entry point.
+    pub fn load(&self, source: &str, manifest: &Manifest) -> Result<Kernel, GpuError> {
+        if manifest.target != Target::Opencl {
+            return Err(GpuError::Launch(format!(
+                "the OpenCL backend runs OpenCL kernels, not {}",
+                manifest.target.name()
+            )));
+        }
+        let mut options = vec!["-cl-std=CL1.2".to_string()];
+        options.extend(manifest.compile_options.iter().cloned());
+        let (program, kernel) = self.build(source, &manifest.entry_point, &options.join(" "))?;
+        Ok(Kernel {
+            manifest: manifest.clone(),
+            kernel,
+            _program: program,
+        })
+    }
+
+    /// The most paths one call of [`Device::run_range`] should cover: 2^27, or 2^20 on a CPU
+    /// device, so that a progress bar moves.
+    pub fn max_range(&self) -> u64 {
+        if self.is_cpu {
+            CPU_PATHS_PER_DISPATCH
+        } else {
+            gpu::MAX_PATHS_PER_DISPATCH
+        }
+    }
+
+    /// The most paths one dispatch of a kernel covers: [`Device::max_range`], and few enough
+    /// that a scratch kernel's buffer fits in one allocation.
+    pub fn max_paths(&self, m: &Manifest) -> u64 {
+        let mut max = self.max_range();
+        if m.checkpoint == Checkpoint::Scratch && m.scratch_slots_per_path > 0 {
+            let per_path = m.scratch_slots_per_path as u64 * m.precision.bytes() as u64;
+            max = max.min(self.max_alloc / per_path);
+        }
+        max
+    }
+
+    /// Runs paths `range` of a `paths`-path run under `seed`; one `PartialSums` per manifest sum.
+    pub fn run_range(
+        &self,
+        k: &Kernel,
+        inputs: &[f64],
+        seed: u64,
+        paths: u64,
+        range: Range<u64>,
+    ) -> Result<Vec<PartialSums>, GpuError> {
+        let m = &k.manifest;
+        gpu::input_bytes(m, inputs)?;
+        let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, self.max_paths(m))?;
+        let mut parts = Vec::new();
+        match m.precision {
+            Precision::F32 => {
+                let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
+                let buf = self.upload(&v)?;
+                for d in dispatches {
+                    parts.push((d, self.launch::<f32>(k, &buf, d, paths, seed)?));
+                }
+            }
+            Precision::F64 => {
+                let buf = self.upload(inputs)?;
+                for d in dispatches {
+                    parts.push((d, self.launch::<f64>(k, &buf, d, paths, seed)?));
+                }
+            }
+        }
+        gpu::assemble(m, paths, &parts)
+    }
+
+    fn zeros<T: Copy + Default>(
+        &self,
+        n: usize,
+        flags: opencl3::types::cl_mem_flags,
+    ) -> Result<Buffer<T>, GpuError> {
+        let n = n.max(1);
+        // SAFETY: no host pointer; the buffer is written before it is read.
+        unsafe { Buffer::<T>::create(&self.context, flags, n, std::ptr::null_mut()) }
+            .map_err(|e| self.err(&format!("clCreateBuffer({n} values)"), e))
+    }
+
+    fn upload<T: Copy + Default>(&self, data: &[T]) -> Result<Buffer<T>, GpuError> {
+        let mut b = self.zeros::<T>(data.len(), CL_MEM_READ_ONLY)?;
+        // SAFETY: a blocking write of `data.len()` values into a buffer of that size.
+        unsafe {
+            self.queue
+                .enqueue_write_buffer(&mut b, CL_BLOCKING, 0, data, &[])
+        }
+        .map_err(|e| self.err("clEnqueueWriteBuffer", e))?;
+        Ok(b)
+    }
+
+    fn download<T>(&self, b: &Buffer<T>, out: &mut [T]) -> Result<(), GpuError> {
+        // SAFETY: a blocking read of `out.len()` values from a buffer at least that long.
+        unsafe { self.queue.enqueue_read_buffer(b, CL_BLOCKING, 0, out, &[]) }
+            .map_err(|e| self.err("clEnqueueReadBuffer", e))?;
+        Ok(())
+    }
+
+    /// Enqueues `exec` and waits for it, at most `timeout`.
+    fn finish_launch(
+        &self,
+        exec: &mut ExecuteKernel,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller set every argument of the kernel's signature.
+        let event = unsafe { exec.enqueue_nd_range(&self.queue) }.map_err(|e| self.err(what, e))?;
+        self.queue.flush().map_err(|e| self.err("clFlush", e))?;
+        let start = Instant::now();
+        loop {
+            let status = event
+                .command_execution_status()
+                .map_err(|e| self.err(what, e))?
+                .0;
+            if status < 0 {
+                return Err(self.err(what, format!("the command failed with status {status}")));
+            }
+            if status == opencl3::event::CL_COMPLETE {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(self.err(what, format!("no result after {} s", timeout.as_secs())));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn launch<T: Copy + Default>(
+        &self,
+        k: &Kernel,
+        inputs: &Buffer<T>,
+        d: gpu::Dispatch,
+        paths: u64,
+        seed: u64,
+    ) -> Result<Vec<f64>, GpuError> {
+        let m = &k.manifest;
+        let n = d.groups as usize * m.sums.len();
+        let partials = self.zeros::<f64>(n, CL_MEM_WRITE_ONLY)?;
+        let invocations: cl_uint = d.groups * m.workgroup_size;
+        let scratch = if m.checkpoint == Checkpoint::Scratch {
+            Some(self.zeros::<T>(
+                m.scratch_slots_per_path as usize * invocations as usize,
+                CL_MEM_READ_WRITE,
+            )?)
+        } else {
+            None
+        };
+        let words = gpu::scalars(d.base, paths, seed);
+        let mut exec = ExecuteKernel::new(&k.kernel);
+        // SAFETY: the argument list is the ABI of compiler/src/emit (the manifest's params).
+        unsafe {
+            exec.set_arg(inputs).set_arg(&partials);
+            for w in &words {
+                exec.set_arg(w);
+            }
+            if let Some(s) = &scratch {
+                exec.set_arg(s).set_arg(&invocations);
+            }
+        }
+        exec.set_global_work_size(invocations as usize)
+            .set_local_work_size(m.workgroup_size as usize);
+        self.finish_launch(
+            &mut exec,
+            &format!("launch of {} groups at path {}", d.groups, d.base),
+            RUN_TIMEOUT,
+        )?;
+        let mut out = vec![0f64; n.max(1)];
+        self.download(&partials, &mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn absence_is_a_clean_error() {
+        // Without OpenCL this is the error path; with it, the device must open or say why.
+        match super::open() {
+            Ok(d) => assert!(!d.describe().is_empty()),
+            Err(e) => assert!(!e.to_string().is_empty(), "{e}"),
+        }
+    }
+}
