@@ -112,8 +112,10 @@ impl<'a> Body<'a> {
         self.tape.outputs.len()
     }
 
-    fn real(&self) -> &'static str {
-        real(self.p)
+    /// The type of a declared value or adjoint: the precision's, `precise` in GLSL (see
+    /// `Dialect::precise`).
+    fn decl_type(&self) -> String {
+        format!("{}{}", self.d.precise, real(self.p))
     }
 
     fn lit(&self, x: f64) -> String {
@@ -262,7 +264,7 @@ impl<'a> Body<'a> {
     fn declare_adjoint(&self, out: &mut Out, v: NodeId) {
         let zero = self.lit(0.0);
         let decls: Vec<String> = (0..self.lanes())
-            .map(|o| format!("{} {} = {zero};", self.real(), self.dname(v, o)))
+            .map(|o| format!("{} {} = {zero};", self.decl_type(), self.dname(v, o)))
             .collect();
         out.line(decls.join(" "));
     }
@@ -340,7 +342,7 @@ impl<'a> Body<'a> {
             for v in self.tape.ids() {
                 if self.live(v) && !self.is_const(v) {
                     let e = self.value_expr(v, &plain, keys);
-                    out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
+                    out.line(self.note(format!("{} v{} = {e};", self.decl_type(), v.0), v));
                 }
             }
             if self.mode == Mode::Reverse {
@@ -369,7 +371,7 @@ impl<'a> Body<'a> {
         for chunk in top.chunks(8) {
             let decls: Vec<String> = chunk
                 .iter()
-                .map(|v| format!("{} v{};", self.real(), v.0))
+                .map(|v| format!("{} v{};", self.decl_type(), v.0))
                 .collect();
             out.line(decls.join(" "));
         }
@@ -390,7 +392,7 @@ impl<'a> Body<'a> {
                 if self.is_persistent(v) {
                     out.line(self.note(format!("v{} = {e};", v.0), v));
                 } else {
-                    out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
+                    out.line(self.note(format!("{} v{} = {e};", self.decl_type(), v.0), v));
                 }
                 if let Some(slot) = self.slot(v) {
                     out.line(self.note(format!("{} = v{};", self.scratch_at(slot), v.0), v));
@@ -430,7 +432,7 @@ impl<'a> Body<'a> {
                     Some(slot) => self.scratch_at(slot),
                     None => format!("v{}", r.0),
                 };
-                out.line(self.note(format!("{} r{} = opq({src}, {zero});", self.real(), r.0), r));
+                out.line(self.note(format!("{} r{} = opq({src}, {zero});", self.decl_type(), r.0), r));
             }
             let name = |v: NodeId| {
                 if opaque.contains(&v) {
@@ -441,7 +443,7 @@ impl<'a> Body<'a> {
             };
             for &v in &seg.recompute {
                 let e = self.value_expr(v, &name, block_keys);
-                out.line(self.note(format!("{} v{} = {e};", self.real(), v.0), v));
+                out.line(self.note(format!("{} v{} = {e};", self.decl_type(), v.0), v));
             }
             for v in seg.range.clone().map(NodeId) {
                 if self.active(v) && !self.is_persistent(v) {

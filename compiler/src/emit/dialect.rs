@@ -28,6 +28,12 @@ pub struct Dialect {
     pub f32_suffix: &'static str,
     /// Suffix of an f64 literal.
     pub f64_suffix: &'static str,
+    /// Qualifier of every value the body declares, so that the shader compiler neither fuses a
+    /// multiply and an add into one rounding nor reorders arithmetic: either would let a plain and
+    /// a checkpointed kernel (whose code around the same node differs) round differently. CUDA
+    /// gets that from `--fmad=false`, OpenCL from `FP_CONTRACT OFF`; GLSL needs `precise`
+    /// (SPIR-V NoContraction), as lavapipe showed on the basket.
+    pub precise: &'static str,
 }
 
 /// CUDA C++ as NVRTC compiles it: no `#include`, `extern "C" __global__` entry point.
@@ -41,6 +47,7 @@ pub const CUDA: Dialect = Dialect {
     barrier: "__syncthreads();",
     f32_suffix: "f",
     f64_suffix: "",
+    precise: "",
 };
 
 /// OpenCL C 1.2 (PoCL, NVIDIA): `cl_khr_fp64` is always enabled, the partial sums are f64.
@@ -54,6 +61,7 @@ pub const OPENCL: Dialect = Dialect {
     barrier: "barrier(CLK_LOCAL_MEM_FENCE);",
     f32_suffix: "f",
     f64_suffix: "",
+    precise: "",
 };
 
 /// GLSL 450 for Vulkan 1.1+: scalars in the push-constant block `pc`, no 64-bit integers.
@@ -67,6 +75,7 @@ pub const GLSL: Dialect = Dialect {
     barrier: "memoryBarrierShared(); barrier();",
     f32_suffix: "",
     f64_suffix: "lf",
+    precise: "precise ",
 };
 
 /// A math function the kernels call.

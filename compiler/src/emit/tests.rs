@@ -406,18 +406,18 @@ fn asian_252_at_16_segments_in_glsl() {
     assert_eq!(k.manifest.persistent, 38);
     assert_eq!(k.manifest.segments, 16);
     assert_eq!(k.manifest.checkpoint, Checkpoint::Registers);
-    // 38 top-level declarations `float vN;` before the first segment block, and no others.
+    // 38 top-level declarations `precise float vN;` (precise: see Dialect::precise) before the first segment block, and no others.
     let top = section(src, "persistent values", "forward sweep");
     let decls: Vec<&str> = top
         .iter()
         .flat_map(|l| l.split(';'))
         .map(str::trim)
-        .filter(|s| s.starts_with("float v"))
+        .filter(|s| s.starts_with("precise float v"))
         .collect();
     assert_eq!(decls.len(), 38, "{top:?}");
     for v in &plan.segments.persistent {
         assert!(
-            decls.contains(&format!("float v{}", v.0).as_str()),
+            decls.contains(&format!("precise float v{}", v.0).as_str()),
             "v{} not declared at top level",
             v.0
         );
@@ -436,20 +436,20 @@ fn asian_252_at_16_segments_in_glsl() {
         let block = section(reverse, &format!("// segment {s} reverse"), "}").join("\n");
         for b in &seg.bookmarks {
             assert!(
-                block.contains(&format!("float r{0} = opq(v{0}, pc.zero);", b.0)),
+                block.contains(&format!("precise float r{0} = opq(v{0}, pc.zero);", b.0)),
                 "segment {s} bookmark {b}"
             );
         }
         for r in &plan.opacity.opaque_reads[s] {
             assert!(
-                block.contains(&format!("float r{0} = opq(v{0}, pc.zero);", r.0)),
+                block.contains(&format!("precise float r{0} = opq(v{0}, pc.zero);", r.0)),
                 "segment {s} read {r}"
             );
             reads += 1;
         }
         // Draws are regenerated with the re-keyed generator only.
         for d in &seg.draws {
-            assert!(block.contains(&format!("float v{} = draw_normal(", d.0)));
+            assert!(block.contains(&format!("precise float v{} = draw_normal(", d.0)));
         }
         assert_eq!(count(&block, ", rk0, rk1)"), seg.draws.len());
         assert_eq!(count(&block, ", key0, key1)"), 0);
