@@ -1,0 +1,272 @@
+//! TAPE-FORMAT.md's definition of the results, written again from the text for the tests, so that
+//! they check the kernels against the contract and not against the crate's own reference: Philox
+//! and the variates, the forward values, the adjoint rules over each output's backward cone, and
+//! the fixed-order sums. Everything is computed in f64.
+
+use nablac::tape::{BinaryOp, DrawKind, Node, Tape, UnaryOp};
+
+/// Which uniforms a path's draws are made of: the f64 kernels' (53 bits from two words each)
+/// or the f32 kernels' (24 bits, u1 rounded in f32 as the f32 formula rounds it), turned into
+/// normals in f64 either way.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Variates {
+    F64,
+    F32,
+}
+
+const M0: u32 = 0xD251_1F53;
+const M1: u32 = 0xCD9E_8D57;
+
+/// Philox4x32-10 of counter `c` under key `k`.
+pub fn philox(mut c: [u32; 4], mut k: [u32; 2]) -> [u32; 4] {
+    for _ in 0..10 {
+        let p0 = u64::from(M0) * u64::from(c[0]);
+        let p1 = u64::from(M1) * u64::from(c[2]);
+        c = [
+            (p1 >> 32) as u32 ^ c[1] ^ k[0],
+            p1 as u32,
+            (p0 >> 32) as u32 ^ c[3] ^ k[1],
+            p0 as u32,
+        ];
+        k = [
+            k[0].wrapping_add(0x9E37_79B9),
+            k[1].wrapping_add(0xBB67_AE85),
+        ];
+    }
+    c
+}
+
+/// (u1, u2) of draw `k` of path `path` under `seed`, counter word 3 = `w3`.
+fn uniforms(seed: u64, path: u64, k: u32, w3: u32, v: Variates) -> (f64, f64) {
+    let x = philox(
+        [k, path as u32, (path >> 32) as u32, w3],
+        [seed as u32, (seed >> 32) as u32],
+    );
+    match v {
+        Variates::F64 => {
+            let hi = (u64::from(x[0]) << 32) | u64::from(x[1]);
+            let lo = (u64::from(x[2]) << 32) | u64::from(x[3]);
+            let ulp = 2f64.powi(-53);
+            (((hi >> 11) as f64 + 0.5) * ulp, (lo >> 11) as f64 * ulp)
+        }
+        Variates::F32 => {
+            let ulp = 2f32.powi(-24);
+            let u1 = ((x[0] >> 8) as f32 + 0.5) * ulp;
+            let u2 = (x[1] >> 8) as f32 * ulp;
+            (f64::from(u1), f64::from(u2))
+        }
+    }
+}
+
+pub fn normal(seed: u64, path: u64, k: u32, v: Variates) -> f64 {
+    let (u1, u2) = uniforms(seed, path, k, 0, v);
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+pub fn uniform(seed: u64, path: u64, k: u32, v: Variates) -> f64 {
+    uniforms(seed, path, k, 1, v).0
+}
+
+/// One path: `outputs[o]` and `greeks[o][i]` = d output o / d input i.
+pub struct Path {
+    pub outputs: Vec<f64>,
+    pub greeks: Vec<Vec<f64>>,
+}
+
+/// Path `p` of `tape` at `inputs` under `seed`.
+pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path {
+    let n = tape.nodes.len();
+    let mut x = vec![0.0f64; n];
+    for (i, node) in tape.nodes.iter().enumerate() {
+        x[i] = match *node {
+            Node::Input(k) => inputs[k as usize],
+            Node::Const(k) => tape.consts[k as usize],
+            Node::Draw(DrawKind::Normal, k) => normal(seed, p, k, v),
+            Node::Draw(DrawKind::Uniform, k) => uniform(seed, p, k, v),
+            Node::Binary(op, a, b) => {
+                let (a, b) = (x[a.index()], x[b.index()]);
+                match op {
+                    BinaryOp::Add => a + b,
+                    BinaryOp::Sub => a - b,
+                    BinaryOp::Mul => a * b,
+                    BinaryOp::Div => a / b,
+                    BinaryOp::Max => {
+                        if a >= b {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                    BinaryOp::Min => {
+                        if a <= b {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                }
+            }
+            Node::Unary(op, a) => {
+                let a = x[a.index()];
+                match op {
+                    UnaryOp::Neg => -a,
+                    UnaryOp::Exp => a.exp(),
+                    UnaryOp::Log => a.ln(),
+                    UnaryOp::Sqrt => a.sqrt(),
+                    UnaryOp::Abs => a.abs(),
+                }
+            }
+        };
+    }
+    let mut greeks = Vec::new();
+    for out in &tape.outputs {
+        // The output's backward cone: only those nodes carry its adjoint.
+        let mut cone = vec![false; n];
+        cone[out.node.index()] = true;
+        for i in (0..n).rev() {
+            if cone[i] {
+                for a in tape.nodes[i].args() {
+                    cone[a.index()] = true;
+                }
+            }
+        }
+        let mut d = vec![0.0f64; n];
+        d[out.node.index()] = 1.0;
+        let mut g = vec![0.0f64; tape.inputs.len()];
+        for i in (0..n).rev().filter(|&i| cone[i]) {
+            let di = d[i];
+            let c = x[i];
+            match tape.nodes[i] {
+                Node::Input(k) => g[k as usize] += di,
+                Node::Const(_) | Node::Draw(..) => {}
+                Node::Binary(op, a, b) => {
+                    let (ia, ib) = (a.index(), b.index());
+                    let (va, vb) = (x[ia], x[ib]);
+                    match op {
+                        BinaryOp::Add => {
+                            d[ia] += di;
+                            d[ib] += di;
+                        }
+                        BinaryOp::Sub => {
+                            d[ia] += di;
+                            d[ib] -= di;
+                        }
+                        BinaryOp::Mul => {
+                            d[ia] += di * vb;
+                            d[ib] += di * va;
+                        }
+                        BinaryOp::Div => {
+                            d[ia] += di / vb;
+                            d[ib] -= di * c / vb;
+                        }
+                        BinaryOp::Max => {
+                            if va >= vb {
+                                d[ia] += di
+                            } else {
+                                d[ib] += di
+                            }
+                        }
+                        BinaryOp::Min => {
+                            if va <= vb {
+                                d[ia] += di
+                            } else {
+                                d[ib] += di
+                            }
+                        }
+                    }
+                }
+                Node::Unary(op, a) => {
+                    let ia = a.index();
+                    let va = x[ia];
+                    match op {
+                        UnaryOp::Neg => d[ia] -= di,
+                        UnaryOp::Exp => d[ia] += di * c,
+                        UnaryOp::Log => d[ia] += di / va,
+                        UnaryOp::Sqrt => d[ia] += di * 0.5 / c,
+                        UnaryOp::Abs => {
+                            let sign = if va > 0.0 {
+                                1.0
+                            } else if va < 0.0 {
+                                -1.0
+                            } else {
+                                0.0
+                            };
+                            d[ia] += di * sign
+                        }
+                    }
+                }
+            }
+        }
+        greeks.push(g);
+    }
+    Path {
+        outputs: tape.outputs.iter().map(|o| x[o.node.index()]).collect(),
+        greeks,
+    }
+}
+
+/// S(0, 2^K) of TAPE-FORMAT.md, Results: the balanced pairwise tree, zero padded.
+pub fn tree_sum(leaves: &[f64]) -> f64 {
+    fn s(x: &[f64], a: usize, m: usize) -> f64 {
+        if m == 1 {
+            x.get(a).copied().unwrap_or(0.0)
+        } else {
+            s(x, a, m / 2) + s(x, a + m / 2, m / 2)
+        }
+    }
+    s(leaves, 0, leaves.len().next_power_of_two().max(1))
+}
+
+/// One result of a run: the mean over paths, and the mean of its absolute per-path values (the
+/// scale a relative tolerance is taken against when the mean itself is near zero), and the
+/// standard error of the mean.
+#[derive(Copy, Clone, Debug)]
+pub struct Stat {
+    pub mean: f64,
+    pub abs_mean: f64,
+    pub se: f64,
+}
+
+impl Stat {
+    fn of(xs: &[f64]) -> Stat {
+        let n = xs.len() as f64;
+        let mean = tree_sum(xs) / n;
+        let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0).max(1.0);
+        Stat {
+            mean,
+            abs_mean: xs.iter().map(|x| x.abs()).sum::<f64>() / n,
+            se: (var / n).sqrt(),
+        }
+    }
+}
+
+/// The results of `paths` paths: per output its value and its Greeks by input.
+pub struct Run {
+    pub values: Vec<Stat>,
+    pub greeks: Vec<Vec<Stat>>,
+}
+
+pub fn run(tape: &Tape, inputs: &[f64], seed: u64, paths: u64, v: Variates) -> Run {
+    let per: Vec<Path> = (0..paths).map(|p| path(tape, inputs, seed, p, v)).collect();
+    let column = |f: &dyn Fn(&Path) -> f64| Stat::of(&per.iter().map(f).collect::<Vec<_>>());
+    Run {
+        values: (0..tape.outputs.len())
+            .map(|o| column(&|p| p.outputs[o]))
+            .collect(),
+        greeks: (0..tape.outputs.len())
+            .map(|o| {
+                (0..tape.inputs.len())
+                    .map(|i| column(&|p| p.greeks[o][i]))
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn philox_known_answer() {
+    assert_eq!(
+        philox([0, 0, 0, 0], [0, 0]),
+        [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
+    );
+}

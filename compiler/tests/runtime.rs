@@ -1,0 +1,520 @@
+//! Every backend against the contract: kernels that nablac compiles, loaded and run through
+//! `nablac_runtime::Backend` on cpu (the Cranelift JIT), opencl (PoCL in CI), vulkan (lavapipe in
+//! CI) and cuda (a GPU machine).
+//!
+//! - plain, register-checkpointed and scratch-checkpointed kernels give the same bits; two runs
+//!   and runs chunked differently give the same bits;
+//! - f64 kernels equal TAPE-FORMAT.md's definition (`definition`, written again here) to 1e-12
+//!   relative; f32 kernels agree with it, evaluated in f64 on the f32 kernels' variates, to 1e-4;
+//! - the European call and put match Black–Scholes within 4 standard errors, value and all five
+//!   Greeks; every product's Greeks match central bump-and-revalue of its price kernel (same seed);
+//! - the 252-step Asian at 1,000,000 paths prices near the literature's 5.30003 with delta near
+//!   0.5616 and vega near 22.40, plain equal to checkpointed bit for bit.
+//!
+//! Backends: cpu always runs. opencl and vulkan run where a device opens, and must open when
+//! `CI=true` or `NABLAC_REQUIRE_TOOLS=1` (scripts/check.sh sets it); cuda must open when
+//! `NABLAC_REQUIRE_CUDA=1` (the GPU machine). Otherwise a missing one prints `skipped: ...`.
+//! `NABLAC_BACKENDS=cpu,cuda` restricts the run to some backends.
+
+mod definition;
+
+use definition::Variates;
+use nablac::compile::{compile, CompileOptions};
+use nablac::emit::{EmitError, Mode, Precision, Target};
+use nablac::plan::Checkpoint;
+use nablac::products::{record, Market, Options, Product};
+use nablac::tape::Tape;
+use nablac_runtime::{Backend, LoadedKernel, Report, RunOptions};
+
+const SEED: u64 = 0x5eed_0000_0000_002a;
+
+fn env_is(name: &str, value: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == value)
+}
+
+/// The backends this run checks, opened (see the module doc).
+fn backends() -> Vec<(Target, Backend)> {
+    let only = std::env::var("NABLAC_BACKENDS").unwrap_or_default();
+    let mut out = Vec::new();
+    for target in [Target::Cpu, Target::Opencl, Target::Glsl, Target::Cuda] {
+        let name = backend_name(target);
+        if !only.is_empty() && !only.split(',').any(|b| b.trim() == name) {
+            continue;
+        }
+        let required = match target {
+            Target::Cpu => true,
+            Target::Cuda => env_is("NABLAC_REQUIRE_CUDA", "1"),
+            _ => env_is("CI", "true") || env_is("NABLAC_REQUIRE_TOOLS", "1"),
+        };
+        match Backend::open(target) {
+            Ok(b) => {
+                eprintln!("{name}: {}", b.describe());
+                out.push((target, b));
+            }
+            Err(e) if required => panic!("the {name} backend is required here but: {e}"),
+            Err(e) => eprintln!("skipped: {name}: {e}"),
+        }
+    }
+    out
+}
+
+fn backend_name(t: Target) -> &'static str {
+    match t {
+        Target::Glsl => "vulkan",
+        t => t.name(),
+    }
+}
+
+/// A kernel configuration: precision, mode and checkpointing.
+#[derive(Copy, Clone, Debug)]
+struct Config {
+    precision: Precision,
+    mode: Mode,
+    strategy: Checkpoint,
+    segments: u32,
+}
+
+impl Config {
+    fn plain(precision: Precision, mode: Mode) -> Config {
+        Config {
+            precision,
+            mode,
+            strategy: Checkpoint::Off,
+            segments: 1,
+        }
+    }
+    fn label(&self) -> String {
+        format!(
+            "{} {} {:?}/{}",
+            self.precision.name(),
+            self.mode.name(),
+            self.strategy,
+            self.segments
+        )
+    }
+}
+
+/// Compiles and loads `tape` with `c` on `backend`; `None` where the target cannot have it (the
+/// scratch strategy outside cuda and opencl, f64 transcendentals in GLSL).
+fn kernel(target: Target, backend: &Backend, tape: &Tape, c: Config) -> Option<LoadedKernel> {
+    if c.strategy == Checkpoint::Scratch && !matches!(target, Target::Cuda | Target::Opencl) {
+        return None;
+    }
+    let mut o = CompileOptions::new(target);
+    o.precision = c.precision;
+    o.mode = c.mode;
+    o.segments.strategy = c.strategy;
+    o.segments.segments = Some(c.segments);
+    let k = match compile(tape, &o) {
+        Ok(k) => k,
+        Err(nablac::compile::CompileError::Emit(EmitError::Unsupported { .. }))
+            if target == Target::Glsl && c.precision == Precision::F64 =>
+        {
+            return None
+        }
+        Err(e) => panic!("{} {}: compile: {e}", backend_name(target), c.label()),
+    };
+    Some(
+        backend
+            .load(&k.source, &k.manifest)
+            .unwrap_or_else(|e| panic!("{} {}: load: {e}", backend_name(target), c.label())),
+    )
+}
+
+fn run_with(
+    backend: &Backend,
+    k: &LoadedKernel,
+    markets: &[Vec<f64>],
+    paths: u64,
+    chunk: Option<u64>,
+) -> Vec<Report> {
+    let opts = RunOptions {
+        chunk_paths: chunk,
+        ..RunOptions::default()
+    };
+    backend
+        .run(k, markets, paths, SEED, &opts)
+        .unwrap_or_else(|e| panic!("run: {e}"))
+}
+
+fn run1(backend: &Backend, k: &LoadedKernel, market: &[f64], paths: u64) -> Report {
+    run_with(backend, k, &[market.to_vec()], paths, None).remove(0)
+}
+
+/// Every number of a report, as bits.
+fn bits(r: &Report) -> Vec<u64> {
+    r.outputs
+        .iter()
+        .flat_map(|o| {
+            [o.value.to_bits(), o.stderr.to_bits()]
+                .into_iter()
+                .chain(o.greeks.iter().map(|g| g.1.to_bits()))
+        })
+        .collect()
+}
+
+fn precisions(target: Target) -> [Precision; 2] {
+    let _ = target;
+    [Precision::F32, Precision::F64]
+}
+
+fn corpus() -> Vec<nablac::corpus::Case> {
+    nablac::corpus::load(&nablac::corpus::dir()).expect("the corpus loads")
+}
+
+fn asian(steps: u32) -> Tape {
+    let o = Options {
+        steps,
+        ..Options::defaults(Product::AsianCall)
+    };
+    record(Product::AsianCall, &o, &Market::default()).expect("records")
+}
+
+/// The checkpointed configurations of a case: its sidecar's segment counts above 1 (2 if it has
+/// none), with register recompute and the scratch buffer.
+fn checkpointed(precision: Precision, segments: &[u32]) -> Vec<Config> {
+    let mut counts: Vec<u32> = segments.iter().copied().filter(|&s| s > 1).collect();
+    if counts.is_empty() {
+        counts.push(2);
+    }
+    counts
+        .into_iter()
+        .flat_map(|s| {
+            [Checkpoint::Registers, Checkpoint::Scratch].map(|strategy| Config {
+                precision,
+                mode: Mode::Reverse,
+                strategy,
+                segments: s,
+            })
+        })
+        .collect()
+}
+
+/// Plain vs checkpointed, run vs run, chunked vs whole: the same bits, on `tape`.
+fn check_bits(
+    target: Target,
+    backend: &Backend,
+    name: &str,
+    tape: &Tape,
+    segments: &[u32],
+    paths: u64,
+) {
+    let market: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
+    for precision in precisions(target) {
+        let Some(plain) = kernel(
+            target,
+            backend,
+            tape,
+            Config::plain(precision, Mode::Reverse),
+        ) else {
+            continue;
+        };
+        let what = format!("{} {name} {}", backend_name(target), precision.name());
+        let want = bits(&run1(backend, &plain, &market, paths));
+        assert_eq!(
+            want,
+            bits(&run1(backend, &plain, &market, paths)),
+            "{what}: run vs run"
+        );
+        assert_eq!(
+            want,
+            bits(&run_with(backend, &plain, &[market.clone()], paths, Some(1024))[0]),
+            "{what}: chunks of 1024 paths vs one run"
+        );
+        for c in checkpointed(precision, segments) {
+            let Some(k) = kernel(target, backend, tape, c) else {
+                continue;
+            };
+            assert_eq!(
+                want,
+                bits(&run_with(backend, &k, &[market.clone()], paths, Some(2048))[0]),
+                "{what}: {} vs the plain kernel",
+                c.label()
+            );
+        }
+    }
+}
+
+#[test]
+fn plain_and_checkpointed_kernels_give_the_same_bits_on_the_corpus() {
+    for (target, backend) in backends() {
+        for case in corpus() {
+            // 3000 paths: not a multiple of the workgroup size, so the last group is padded.
+            check_bits(
+                target,
+                &backend,
+                &case.name,
+                &case.tape,
+                &case.options.segments,
+                3000,
+            );
+        }
+    }
+}
+
+#[test]
+fn plain_and_checkpointed_kernels_give_the_same_bits_on_the_252_step_asian() {
+    let tape = asian(252);
+    for (target, backend) in backends() {
+        check_bits(target, &backend, "asian252", &tape, &[16], 2048 + 77);
+    }
+}
+
+/// `got` within `rel` of `want`, relative to the larger of |want| and the per-path scale.
+fn close(got: f64, want: &definition::Stat, rel: f64) -> bool {
+    (got - want.mean).abs() <= rel * want.mean.abs().max(want.abs_mean).max(1e-300)
+}
+
+/// The report against the definition: every value and Greek within `rel`.
+fn check_against(what: &str, r: &Report, d: &definition::Run, rel: f64) {
+    for (o, out) in r.outputs.iter().enumerate() {
+        assert!(
+            close(out.value, &d.values[o], rel),
+            "{what} {}: value {} vs the definition's {}",
+            out.name,
+            out.value,
+            d.values[o].mean
+        );
+        for (i, (input, g)) in out.greeks.iter().enumerate() {
+            assert!(
+                close(*g, &d.greeks[o][i], rel),
+                "{what} {}: d/d{input} {g} vs the definition's {}",
+                out.name,
+                d.greeks[o][i].mean
+            );
+        }
+    }
+}
+
+#[test]
+fn f64_kernels_equal_the_definition() {
+    let paths = 2000;
+    for (target, backend) in backends() {
+        for case in corpus() {
+            let Some(k) = kernel(
+                target,
+                &backend,
+                &case.tape,
+                Config::plain(Precision::F64, Mode::Reverse),
+            ) else {
+                continue;
+            };
+            let market: Vec<f64> = case.tape.inputs.iter().map(|i| i.value).collect();
+            let r = run1(&backend, &k, &market, paths);
+            let d = definition::run(&case.tape, &market, SEED, paths, Variates::F64);
+            check_against(
+                &format!("{} {} f64", backend_name(target), case.name),
+                &r,
+                &d,
+                1e-12,
+            );
+        }
+    }
+}
+
+#[test]
+fn f32_kernels_agree_with_the_f64_definition() {
+    let paths = 16384;
+    for (target, backend) in backends() {
+        for case in corpus() {
+            let k = kernel(
+                target,
+                &backend,
+                &case.tape,
+                Config::plain(Precision::F32, Mode::Reverse),
+            )
+            .expect("every target has f32");
+            let market: Vec<f64> = case.tape.inputs.iter().map(|i| i.value).collect();
+            let r = run1(&backend, &k, &market, paths);
+            let d = definition::run(&case.tape, &market, SEED, paths, Variates::F32);
+            check_against(
+                &format!("{} {} f32", backend_name(target), case.name),
+                &r,
+                &d,
+                1e-4,
+            );
+        }
+    }
+}
+
+#[test]
+fn european_call_and_put_match_black_scholes() {
+    let paths = 1 << 20;
+    let m = Market::default();
+    for product in [Product::EuropeanCall, Product::EuropeanPut] {
+        let tape = record(product, &Options::defaults(product), &m).expect("records");
+        // The standard errors of the Greeks, from the definition's per-path values.
+        let d = definition::run(&tape, &m.values(), SEED, 1 << 16, Variates::F64);
+        let se_scale = ((1u64 << 16) as f64 / paths as f64).sqrt();
+        let bs = nablac::closed_form::black_scholes(product == Product::EuropeanCall, &m);
+        for (target, backend) in backends() {
+            let precision = match target {
+                Target::Cpu => Precision::F64,
+                _ => Precision::F32,
+            };
+            let k = kernel(
+                target,
+                &backend,
+                &tape,
+                Config::plain(precision, Mode::Reverse),
+            )
+            .expect("compiles");
+            let r = run1(&backend, &k, &m.values(), paths);
+            let out = &r.outputs[0];
+            let what = format!("{} {}", backend_name(target), product.name());
+            assert!(
+                (out.value - bs.price).abs() <= 4.0 * out.stderr,
+                "{what}: price {} vs Black-Scholes {} (se {})",
+                out.value,
+                bs.price,
+                out.stderr
+            );
+            for (i, (input, g)) in out.greeks.iter().enumerate() {
+                let se = d.greeks[0][i].se * se_scale;
+                assert!(
+                    (g - bs.greeks[i]).abs() <= 4.0 * se,
+                    "{what}: d/d{input} {g} vs Black-Scholes {} (se {se})",
+                    bs.greeks[i]
+                );
+            }
+        }
+    }
+}
+
+/// Every product's Greeks (reverse kernel) against central differences of its price kernel at
+/// input ± h with the same seed (the same draws), in f64 where the target has it. The bump is
+/// small (h = 1e-7 of the input) so that no path's payoff kink falls inside it at this seed (one
+/// that did would add up to ~1/paths), and the difference is still exact to ~1e-9; the
+/// tolerance, 1e-6, is taken against the value's scale for a near-zero Greek.
+#[test]
+fn greeks_match_bump_and_revalue() {
+    let paths = 20_000;
+    let m = Market::default();
+    let x = m.values();
+    let mut products = Vec::new();
+    for p in Product::ALL {
+        let mut o = Options::defaults(p);
+        o.steps = o.steps.min(12);
+        products.push((p, record(p, &o, &m).expect("records")));
+    }
+    for (target, backend) in backends() {
+        if target == Target::Glsl {
+            // No f64 transcendentals in GLSL: its f32 Greeks are checked against the f64
+            // definition (which these bumps check on the other backends) instead.
+            eprintln!("vulkan: bump-and-revalue needs f64; covered by f32_kernels_agree_with_the_f64_definition");
+            continue;
+        }
+        for (p, tape) in &products {
+            let what = format!("{} {}", backend_name(target), p.name());
+            let price = kernel(
+                target,
+                &backend,
+                tape,
+                Config::plain(Precision::F64, Mode::Price),
+            )
+            .expect("compiles");
+            let reverse = kernel(
+                target,
+                &backend,
+                tape,
+                Config::plain(Precision::F64, Mode::Reverse),
+            )
+            .expect("compiles");
+            let mut markets = vec![x.to_vec()];
+            let h: Vec<f64> = x.iter().map(|v| 1e-7 * v.abs().max(0.1)).collect();
+            for i in 0..5 {
+                for s in [1.0, -1.0] {
+                    let mut y = x.to_vec();
+                    y[i] += s * h[i];
+                    markets.push(y);
+                }
+            }
+            let values: Vec<f64> = run_with(&backend, &price, &markets, paths, None)
+                .iter()
+                .map(|r| r.outputs[0].value)
+                .collect();
+            let r = run1(&backend, &reverse, &x, paths);
+            let out = &r.outputs[0];
+            assert_eq!(
+                out.value.to_bits(),
+                values[0].to_bits(),
+                "{what}: the price and reverse kernels' values"
+            );
+            for i in 0..5 {
+                let fd = (values[1 + 2 * i] - values[2 + 2 * i]) / (2.0 * h[i]);
+                let (input, g) = &out.greeks[i];
+                let scale = g.abs().max(fd.abs()).max(1e-3 * out.value.abs());
+                assert!(
+                    (g - fd).abs() <= 1e-6 * scale,
+                    "{what}: d/d{input} {g} vs central difference {fd}"
+                );
+            }
+        }
+    }
+}
+
+/// The acceptance run: 1,000,000 paths of the 252-step Asian call at the reference market,
+/// plain equal to checkpointed (16 segments; and scratch where the target has it) bit for bit,
+/// the price within 4 standard errors of 5.30003 and delta, vega within 4 of 0.5616 and 22.40.
+#[test]
+fn asian_252_at_a_million_paths() {
+    let paths = 1_000_000;
+    let tape = asian(252);
+    let market = Market::default().values();
+    let d = definition::run(&tape, &market, SEED, 4096, Variates::F64);
+    let scale = (4096f64 / paths as f64).sqrt();
+    for (target, backend) in backends() {
+        let precision = match target {
+            Target::Cpu => Precision::F64,
+            _ => Precision::F32,
+        };
+        let plain = kernel(
+            target,
+            &backend,
+            &tape,
+            Config::plain(precision, Mode::Reverse),
+        )
+        .expect("compiles");
+        let r = run1(&backend, &plain, &market, paths);
+        let what = format!("{} asian252 {}", backend_name(target), precision.name());
+        let out = &r.outputs[0];
+        eprintln!(
+            "{what}: price {:.6} ± {:.6}, delta {:.6}, vega {:.4}",
+            out.value, out.stderr, out.greeks[0].1, out.greeks[2].1
+        );
+        assert!(
+            (out.value - 5.30003).abs() <= 4.0 * out.stderr,
+            "{what}: price {} (se {})",
+            out.value,
+            out.stderr
+        );
+        for (i, want) in [(0, 0.5616), (2, 22.40)] {
+            let se = d.greeks[0][i].se * scale;
+            let g = out.greeks[i].1;
+            assert!(
+                (g - want).abs() <= 4.0 * se,
+                "{what}: d/d{} {g} vs {want} (se {se})",
+                out.greeks[i].0
+            );
+        }
+        if target != Target::Cpu {
+            for strategy in [Checkpoint::Registers, Checkpoint::Scratch] {
+                let c = Config {
+                    precision,
+                    mode: Mode::Reverse,
+                    strategy,
+                    segments: 16,
+                };
+                let Some(k) = kernel(target, &backend, &tape, c) else {
+                    continue;
+                };
+                assert_eq!(
+                    bits(&r),
+                    bits(&run1(&backend, &k, &market, paths)),
+                    "{what}: {} vs plain",
+                    c.label()
+                );
+            }
+        }
+    }
+}
