@@ -75,7 +75,13 @@ pub fn black_scholes(call: bool, m: &Market) -> Priced {
         let (n1, n2) = (norm_cdf(-d1), norm_cdf(-d2));
         Priced {
             price: k * df * n2 - s * n1,
-            greeks: [-n1, df * n2, vega, -k * t * df * n2, decay - r * k * df * n2],
+            greeks: [
+                -n1,
+                df * n2,
+                vega,
+                -k * t * df * n2,
+                decay - r * k * df * n2,
+            ],
         }
     }
 }
@@ -115,9 +121,18 @@ mod tests {
         // Put-call parity, and its derivatives: C - P = S - K e^(-rT).
         let df = (-m.rate * m.maturity).exp();
         assert!((c.price - p.price - (m.spot - m.strike * df)).abs() < 1e-12);
-        let parity = [1.0, -df, 0.0, m.strike * m.maturity * df, m.rate * m.strike * df];
+        let parity = [
+            1.0,
+            -df,
+            0.0,
+            m.strike * m.maturity * df,
+            m.rate * m.strike * df,
+        ];
         for i in 0..5 {
-            assert!((c.greeks[i] - p.greeks[i] - parity[i]).abs() < 1e-12, "input {i}");
+            assert!(
+                (c.greeks[i] - p.greeks[i] - parity[i]).abs() < 1e-12,
+                "input {i}"
+            );
         }
         // Each Greek is the derivative of the price: central differences.
         for call in [true, false] {
@@ -131,7 +146,10 @@ mod tests {
                 };
                 let fd = (at(h) - at(-h)) / (2.0 * h);
                 let g = black_scholes(call, &m).greeks[i];
-                assert!((fd - g).abs() < 1e-6 * (1.0 + g.abs()), "{call} {i}: {fd} vs {g}");
+                assert!(
+                    (fd - g).abs() < 1e-6 * (1.0 + g.abs()),
+                    "{call} {i}: {fd} vs {g}"
+                );
             }
         }
     }

@@ -32,8 +32,11 @@ fn env_is(name: &str, value: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == value)
 }
 
-/// The backends this run checks, opened (see the module doc).
+/// The backends this run checks, opened (see the module doc). Tests open them one at a time:
+/// drivers' start-up (PoCL's, lavapipe's, each with its own LLVM) is not all safe to race.
 fn backends() -> Vec<(Target, Backend)> {
+    static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = OPENING.lock().unwrap_or_else(|e| e.into_inner());
     let only = std::env::var("NABLAC_BACKENDS").unwrap_or_default();
     let mut out = Vec::new();
     for target in [Target::Cpu, Target::Opencl, Target::Glsl, Target::Cuda] {

@@ -104,8 +104,13 @@ fn devices() -> Result<Vec<(String, ClDevice)>, GpuError> {
     Ok(out)
 }
 
+/// Serializes platform discovery and context creation: not every ICD survives two threads
+/// starting it at once (PoCL's did not, in the test suite).
+static OPEN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Opens the chosen OpenCL device (see the module doc) and proves it with a tiny launch.
 pub fn open() -> Result<Device, GpuError> {
+    let _guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let all = devices()?;
     let want = std::env::var("NABLAC_OPENCL_DEVICE").unwrap_or_default();
     let fp64 = |d: &ClDevice| d.double_fp_config().is_ok_and(|c| c != 0);
