@@ -31,9 +31,13 @@ pub struct Case {
     pub options: CaseOptions,
 }
 
-/// The corpus directory of this repository (`tests/in`).
+/// The corpus directory: `$NABLAC_CORPUS_DIR` when set (a test binary run away from its
+/// checkout, as on the GPU machine), else this repository's `tests/in`.
 pub fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/in")
+    match std::env::var_os("NABLAC_CORPUS_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/in"),
+    }
 }
 
 /// Every case in `dir`, sorted by name; each tape read and verified. An error names the file.

@@ -432,7 +432,10 @@ impl<'a> Body<'a> {
                     Some(slot) => self.scratch_at(slot),
                     None => format!("v{}", r.0),
                 };
-                out.line(self.note(format!("{} r{} = opq({src}, {zero});", self.decl_type(), r.0), r));
+                out.line(self.note(
+                    format!("{} r{} = opq({src}, {zero});", self.decl_type(), r.0),
+                    r,
+                ));
             }
             let name = |v: NodeId| {
                 if opaque.contains(&v) {
