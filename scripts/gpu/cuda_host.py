@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Load kernels that nablac emitted for CUDA (source + manifest) and run them on the GPU with CuPy.
 
-A host that never saw the tape: everything comes from KERNEL.cu and KERNEL.cu.json. The group
+A host that never saw the tape: everything comes from KERNEL.cu and KERNEL.cu.json (and the sm_90
+KERNEL.cubin that scripts/gpu/prepare.sh builds from them, when present: no compile on the device). The group
 partials are completed on the host in TAPE-FORMAT.md's fixed pairwise order, so results are
 bit-comparable between kernels (plain vs checkpointed) and with other backends.
 
@@ -10,7 +11,7 @@ bit-comparable between kernels (plain vs checkpointed) and with other backends.
 With several kernels of the same tape, it checks that every sum is bit-identical to the first
 kernel's and times each kernel (median of R launches of the whole path range, CUDA events).
 """
-import argparse, json, sys
+import argparse, json, os, sys, time
 import numpy as np
 import cupy as cp
 
@@ -36,9 +37,18 @@ class Kernel:
         self.manifest = json.load(open(path + ".json"))
         m = self.manifest
         assert m["target"] == "cuda", f"{path}: not a cuda kernel ({m['target']})"
-        opts = tuple(m.get("compile_options", [])) + ("--gpu-architecture=sm_90",)
-        self.module = cp.RawModule(code=self.source, options=opts, name_expressions=None)
+        cubin = path[:-3] + ".cubin" if path.endswith(".cu") else None
+        t0 = time.time()
+        if cubin and os.path.exists(cubin):
+            # Built ahead by scripts/gpu/prepare.sh from this source and manifest (NVRTC + ptxas).
+            self.module = cp.RawModule(path=cubin)
+            self.built = "cubin"
+        else:
+            opts = tuple(m.get("compile_options", [])) + ("--gpu-architecture=sm_90",)
+            self.module = cp.RawModule(code=self.source, options=opts, name_expressions=None)
+            self.built = "nvrtc"
         self.fn = self.module.get_function(m["entry_point"])
+        self.load_s = time.time() - t0
         self.wg = m["workgroup_size"]
         self.n_sums = len(m["sums"])
         self.real = np.float32 if m["precision"] == "f32" else np.float64
@@ -133,7 +143,7 @@ def main():
             ok &= ident
         ok &= same_run
         ms = k.time(m["input_defaults"], a.paths, a.seed, a.reps) if a.reps else None
-        r = {"kernel": path, "segments": m["segments"], "checkpoint": m["checkpoint"],
+        r = {"kernel": path, "built": k.built, "load_s": k.load_s, "segments": m["segments"], "checkpoint": m["checkpoint"],
              "precision": m["precision"], "mode": m["mode"], "paths": a.paths, "seed": a.seed,
              "run_vs_run_identical": same_run, "identical_to_first": ident, "ms": ms,
              "mpaths_per_s": (a.paths / ms / 1e3) if ms else None,

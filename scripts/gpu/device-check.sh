@@ -1,35 +1,64 @@
 #!/usr/bin/env bash
-# Run on the GPU machine (the device tool), from the repo root, with emitted kernels in $1
-# (default .gpu/k; scripts/gpu/emit-kernels makes them). Prints ptxas resource reports and runs
-# the kernels through cuda_host.py: bit-identity (plain vs checkpointed, run vs run) and times.
+# Runs on the GPU machine (the device tool), from the repo root, with .gpu/ from
+# scripts/gpu/prepare.sh carried along. Writes its logs under $OUT (default /tmp/nablac-gpu).
+#
+#   1. the machine: GPU, driver, CUDA, the OpenCL and Vulkan devices nablac opens;
+#   2. draw_sqrt is sqrtf bit for bit on every float of its range (exhaustive, CUDA);
+#   3. CUDA timings of the 252-step Asian, plain vs checkpointed (cuda_host.py on the cubins:
+#      bit-identity, run vs run, median of REPS launches of PATHS paths, CUDA events);
+#   4. the runtime test suite (compiler/tests/runtime.rs) on cuda, opencl (NVIDIA) and vulkan
+#      (NVIDIA): bit-identity, the definition, Black-Scholes, bumps, the 1M-path acceptance.
+# Steps 3 and 4 can be skipped with SKIP_BENCH=1 / SKIP_SUITE=1.
 set -uo pipefail
-k=${1:-.gpu/k}
+out=${OUT:-/tmp/nablac-gpu}
+mkdir -p "$out"
+g=.gpu
 paths=${PATHS:-1000000}
 reps=${REPS:-5}
-out=${OUT:-/tmp}
-date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; nvcc --version | tail -1
-python3 -c 'import cupy; print("cupy", cupy.__version__)'
+export PYTHONUNBUFFERED=1
 
-echo "== ptxas -v at sm_90 (registers, spills) =="
-for f in "$k"/asian252_*_f32.cu "$k"/asian252_*_f64.cu; do
-  r=$(nvcc -arch=sm_90 -cubin --fmad=false -Xptxas -v -o /tmp/x.cubin "$f" 2>&1 | grep -E "registers|spill" | tr '\n' ' ' | sed 's/ptxas info    ://g')
-  printf '%-28s %s\n' "$(basename "$f" .cu)" "$r"
-done | tee "$out/ptxas.txt"
+echo "== machine"
+date -u
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
+nvcc --version | tail -1
 
-echo "== Asian 252 f32, reverse: plain vs checkpointed (bit-identity and time, $paths paths) =="
-python3 scripts/gpu/cuda_host.py $k/asian252_plain_f32.cu $k/asian252_reg16_f32.cu $k/asian252_reg2_f32.cu \
-  $k/asian252_reg4_f32.cu $k/asian252_reg8_f32.cu $k/asian252_reg32_f32.cu \
-  $k/asian252_scr24_f32.cu $k/asian252_scr48_f32.cu $k/asian252_scr100_f32.cu $k/asian252_scr200_f32.cu \
-  $k/asian252_scr400_f32.cu $k/asian252_scr800_f32.cu $k/asian252_scr200aos_f32.cu \
-  --paths $paths --reps $reps --json "$out/asian252_f32.json"
-echo "== Asian 252 f64 =="
-python3 scripts/gpu/cuda_host.py $k/asian252_plain_f64.cu $k/asian252_reg16_f64.cu --paths $paths --reps $reps --json "$out/asian252_f64.json"
-echo "== Asian 252 price =="
-python3 scripts/gpu/cuda_host.py $k/asian252_price_f32.cu --paths $paths --reps $reps
-python3 scripts/gpu/cuda_host.py $k/asian252_price_f64.cu --paths $paths --reps $reps
-echo "== corpus: plain vs register vs scratch checkpointing, both precisions =="
-for c in asian8 barrier basket3 european random; do
+# Vulkan: the NVIDIA ICD is installed, its loader is not; glslang comes from .gpu/bin.
+for f in "$g"/deb/*.deb; do dpkg -x "$f" /; done
+ldconfig
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+export NABLAC_GLSLANG=$PWD/$g/bin/glslangValidator
+export NABLAC_OPENCL_DEVICE=${NABLAC_OPENCL_DEVICE:-NVIDIA}
+export NABLAC_CACHE_DIR=/tmp/nablac-cache
+
+echo "== draw_sqrt vs sqrtf, exhaustive"
+nvcc -arch=sm_90 -O3 -o /tmp/check_draw_sqrt scripts/gpu/check_draw_sqrt.cu && /tmp/check_draw_sqrt | tee "$out/draw_sqrt.txt"
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo "== ptxas at sm_90 (built by prepare.sh)"
+  cat "$g/k/ptxas-summary.txt"
+  k=$g/k
+  echo "== Asian 252 f32 reverse: plain vs checkpointed, $paths paths, median of $reps"
+  python3 scripts/gpu/cuda_host.py "$k/asian252_plain_f32.cu" \
+    "$k"/asian252_reg{2,4,8,16,32}_f32.cu "$k"/asian252_scr{100,200,400}_f32.cu "$k/asian252_scr200aos_f32.cu" \
+    --paths "$paths" --reps "$reps" --json "$out/asian252_f32.json" 2>&1 | tee "$out/bench.txt"
+  echo "== Asian 252 f64 reverse" | tee -a "$out/bench.txt"
+  python3 scripts/gpu/cuda_host.py "$k/asian252_plain_f64.cu" "$k/asian252_reg16_f64.cu" \
+    --paths "$paths" --reps "$reps" --json "$out/asian252_f64.json" 2>&1 | tee -a "$out/bench.txt"
+  echo "== Asian 252 price only" | tee -a "$out/bench.txt"
   for p in f32 f64; do
-    python3 scripts/gpu/cuda_host.py $k/${c}_plain_$p.cu $k/${c}_reg2_$p.cu $k/${c}_scr2_$p.cu --paths 100000 --json "$out/${c}_$p.json" || echo "MISMATCH in $c $p"
+    python3 scripts/gpu/cuda_host.py "$k/asian252_price_$p.cu" --paths "$paths" --reps "$reps" 2>&1 | tee -a "$out/bench.txt"
   done
-done
+fi
+
+if [ "${SKIP_SUITE:-0}" != 1 ]; then
+  echo "== runtime suite on cuda, opencl, vulkan"
+  for b in cuda opencl vulkan; do
+    "$g/bin/nablac" run "$g/k/asian252.bin" --target "$b" --paths 1000 2>&1 | head -2 || true
+  done
+  NABLAC_REQUIRE_CUDA=1 NABLAC_REQUIRE_TOOLS=1 NABLAC_BACKENDS=${NABLAC_BACKENDS:-cuda,opencl,vulkan} \
+    NABLAC_CORPUS_DIR=$PWD/tests/in timeout "${SUITE_TIMEOUT:-420}" \
+    "$g/bin/runtime-tests" --nocapture --test-threads "${THREADS:-8}" 2>&1 | tee "$out/suite.txt"
+  echo "suite exit: ${PIPESTATUS[0]}" | tee -a "$out/suite.txt"
+fi

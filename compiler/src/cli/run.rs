@@ -15,9 +15,9 @@ pub struct RunArgs {
     /// A tape (compiled first) or a kernel emitted by nablac, with its manifest at KERNEL.json.
     #[arg(value_name = "TAPE|KERNEL")]
     input: PathBuf,
-    /// Where to run (`vulkan` = `glsl`).
-    #[arg(long, value_enum, default_value = "cpu")]
-    target: TargetArg,
+    /// Where to run (`vulkan` = `glsl`). Default: cpu for a tape, the manifest's for a kernel.
+    #[arg(long, value_enum)]
+    target: Option<TargetArg>,
     /// Monte Carlo paths.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     paths: u64,
@@ -68,10 +68,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.paths == 0 {
         bail!("--paths must be at least 1");
     }
-    let target = super::compile::target(args.target);
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let asked = args.target.map(super::compile::target);
     let (source, manifest): (String, Manifest) = if is_tape(&bytes) {
+        let target = asked.unwrap_or(Target::Cpu);
         let (tape, _) = super::load_tape(&args.input)?;
         let k = super::compile::compile(&tape, target, &args.opts)
             .with_context(|| format!("cannot compile {}", args.input.display()))?;
@@ -87,9 +88,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         })?;
         let m: Manifest = serde_json::from_str(&mtext)
             .with_context(|| format!("{}: bad manifest", mpath.display()))?;
-        if m.target != target && !(m.target == Target::Glsl && target == Target::Glsl) {
+        if asked.is_some_and(|t| t != m.target) {
             bail!(
-                "{} is a {} kernel; run it with --target {}",
+                "{} is a kernel for {}; run it with --target {} (or without --target)",
                 args.input.display(),
                 m.target.name(),
                 m.target.name()
@@ -111,6 +112,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         market[i] = *value;
     }
 
+    let target = manifest.target;
     let backend = Backend::open(target)
         .with_context(|| format!("cannot open the {} backend", target.name()))?;
     let kernel = backend

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Prepares .gpu/ here for scripts/gpu/device-check.sh on the GPU machine, which has no Rust
+# toolchain, no glslang, no Vulkan loader and no network:
+#   .gpu/bin/    release nablac, the runtime test binary (compiler/tests/runtime.rs), glslangValidator
+#   .gpu/deb/    the Vulkan loader (libvulkan1) to unpack there
+#   .gpu/k/      the 252-step Asian's CUDA benchmark kernels, emitted by nablac, each with its
+#                manifest, its sm_90 cubin (NVRTC + ptxas here, so no device time goes to
+#                compiling) and ptxas's resource report
+# Needs scripts/install-test-deps.sh to have run (NVRTC and ptxas). Then, with the device tool:
+#   run  bash scripts/gpu/device-check.sh   carrying .gpu
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. .tools/env.sh
+g=.gpu
+rm -rf "$g"
+mkdir -p "$g/bin" "$g/deb" "$g/k"
+
+cargo build --release --locked -p nablac
+strip -o "$g/bin/nablac" target/release/nablac
+tests=$(cargo test --release --locked -p nablac --test runtime --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import sys, json
+for l in sys.stdin:
+    j = json.loads(l)
+    if j.get("executable") and j.get("target", {}).get("name") == "runtime":
+        print(j["executable"])')
+strip -o "$g/bin/runtime-tests" "$tests"
+cp "$(command -v glslangValidator)" "$g/bin/"
+(cd "$g/deb" && apt-get download libvulkan1 >/dev/null)
+
+n=$g/bin/nablac
+$n record asian --steps 252 -o "$g/k/asian252.bin"
+emit() { # name, options...
+  local name=$1; shift
+  $n "$g/k/asian252.bin" --target cuda -o "$g/k/$name.cu" "$@" 2>/dev/null
+}
+emit asian252_price_f32 --mode price
+emit asian252_plain_f32 --segments 1
+for s in 2 4 8 16 32; do emit "asian252_reg${s}_f32" --checkpoint registers --segments "$s"; done
+for l in 100 200 400; do emit "asian252_scr${l}_f32" --checkpoint scratch --seg-len "$l"; done
+emit asian252_scr200aos_f32 --checkpoint scratch --seg-len 200 --scratch-layout aos
+emit asian252_price_f64 --mode price --precision f64
+emit asian252_plain_f64 --segments 1 --precision f64
+emit asian252_reg16_f64 --checkpoint registers --segments 16 --precision f64
+
+# sm_90 cubins, two at a time (NVRTC and ptxas are single-threaded).
+cubin() {
+  local cu=$1 base=${1%.cu}
+  local opts
+  opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
+  # shellcheck disable=SC2086
+  python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts 2>"$base.nvrtc.log"
+  "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
+  rm -f "$base.ptx"
+  echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
+}
+export -f cubin
+export NABLAC_NVRTC NABLAC_PTXAS
+ls "$g"/k/*.cu | xargs -P 2 -I{} bash -c 'cubin {}' | sort | tee "$g/k/ptxas-summary.txt"
+du -sh "$g"
