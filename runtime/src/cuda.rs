@@ -66,7 +66,7 @@ pub fn libraries_present() -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Opens CUDA device 0 and proves it with a tiny launch.
+/// Opens CUDA device 0 and proves it with a tiny launch (under [`PROBE_TIMEOUT`]).
 pub fn open() -> Result<Device, GpuError> {
     open_ordinal(0)
 }
@@ -104,9 +104,28 @@ pub fn open_ordinal(ordinal: usize) -> Result<Device, GpuError> {
         name,
         arch,
     };
-    dev.probe()?;
-    Ok(dev)
+    // The probe runs on a thread of its own so that a device that never finishes it is an
+    // error after PROBE_TIMEOUT, not a hang (the thread is then left behind).
+    let describe = dev.describe();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = dev.probe();
+        let _ = tx.send((dev, r));
+    });
+    match rx.recv_timeout(PROBE_TIMEOUT) {
+        Ok((dev, Ok(()))) => Ok(dev),
+        Ok((_, Err(e))) => Err(e),
+        Err(_) => Err(GpuError::Driver {
+            driver: DRIVER,
+            device: describe,
+            what: "probe launch".into(),
+            message: format!("no result after {} s", PROBE_TIMEOUT.as_secs()),
+        }),
+    }
 }
+
+/// How long the probe launch in [`open`] may take (NVRTC compiles it first).
+pub const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn catch<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
     std::panic::catch_unwind(f).map_err(|p| {
