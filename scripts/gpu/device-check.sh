@@ -41,7 +41,8 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   k=$g/k
   echo "== Asian 252 f32 reverse: plain vs checkpointed, $paths paths, median of $reps"
   python3 scripts/gpu/cuda_host.py "$k/asian252_plain_f32.cu" \
-    "$k"/asian252_reg{2,4,8,16,32}_f32.cu "$k"/asian252_scr{100,200,400}_f32.cu "$k/asian252_scr200aos_f32.cu" \
+    "$k"/asian252_reg{2,4,8,16,32}_f32.cu "$k"/asian252_reg16mb{4,5,6}_f32.cu \
+    "$k"/asian252_scr{100,200,400}_f32.cu "$k/asian252_scr200aos_f32.cu" \
     --paths "$paths" --reps "$reps" --json "$out/asian252_f32.json" 2>&1 | tee "$out/bench.txt"
   echo "== Asian 252 f64 reverse" | tee -a "$out/bench.txt"
   python3 scripts/gpu/cuda_host.py "$k/asian252_plain_f64.cu" "$k/asian252_reg16_f64.cu" \
