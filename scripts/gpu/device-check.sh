@@ -55,11 +55,12 @@ fi
 
 if [ "${SKIP_SUITE:-0}" != 1 ]; then
   echo "== runtime suite on cuda, opencl, vulkan"
+  "$g/bin/nablac" record european -o /tmp/european.bin
   for b in cuda opencl vulkan; do
-    "$g/bin/nablac" run "$g/k/asian252.bin" --target "$b" --paths 1000 2>&1 | head -2 || true
+    "$g/bin/nablac" run /tmp/european.bin --target "$b" --paths 1000000 2>&1 | tee -a "$out/suite.txt" || true
   done
   NABLAC_REQUIRE_CUDA=1 NABLAC_REQUIRE_TOOLS=1 NABLAC_BACKENDS=${NABLAC_BACKENDS:-cuda,opencl,vulkan} \
     NABLAC_CORPUS_DIR=$PWD/tests/in timeout "${SUITE_TIMEOUT:-420}" \
-    "$g/bin/runtime-tests" --nocapture --test-threads "${THREADS:-8}" 2>&1 | tee "$out/suite.txt"
+    "$g/bin/runtime-tests" --nocapture --test-threads "${THREADS:-8}" 2>&1 | tee -a "$out/suite.txt"
   echo "suite exit: ${PIPESTATUS[0]}" | tee -a "$out/suite.txt"
 fi
