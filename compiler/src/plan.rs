@@ -25,8 +25,9 @@ pub struct SegmentOptions {
 pub const DEFAULT_SEGMENTS: u32 = 16;
 /// Register recompute switches itself on at this many nodes.
 pub const DEFAULT_CKPT_NODES: u32 = 768;
-/// Scratch strategy's default segment length (to be settled by measurement on the GPU machine).
-pub const DEFAULT_SEG_LEN: u32 = 200;
+/// Scratch strategy's default segment length, measured on the H200 (BENCHMARKS.md, 2026-12-03):
+/// for the 252-step Asian, 100-node segments ran in 3.62 ms, 200 in 5.34 and 400 in 5.41.
+pub const DEFAULT_SEG_LEN: u32 = 100;
 
 impl Default for SegmentOptions {
     fn default() -> Self {

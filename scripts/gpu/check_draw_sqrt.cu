@@ -1,6 +1,6 @@
 // Exhaustive check, on the GPU, that the emitter's inline draw_sqrt (templates/kernel.txt) is
-// IEEE sqrtf bit for bit on every float in [2^-101, FLT_MAX], the range where sqrtf takes its fast
-// path and which holds every argument the draws give it (-2 ln u1 in [5.9e-8, 34.7]).
+// IEEE sqrtf bit for bit on +0, -0 and every float in [2^-101, FLT_MAX], which hold every
+// argument the draws give it (-2 ln u1 in [2.3e-7, 34.7], or -0 where u1 rounds to 1).
 //   nvcc -arch=sm_90 -O3 -o check_draw_sqrt check_draw_sqrt.cu && ./check_draw_sqrt
 #include <cstdio>
 #include <cstring>
@@ -11,7 +11,8 @@ __device__ __forceinline__ float draw_sqrt(float x)
     asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     float y = __fmul_rn(x, r);
     float h = __fmul_rn(0.5f, r);
-    return __fmaf_rn(__fmaf_rn(-y, y, x), h, y);
+    float s = __fmaf_rn(__fmaf_rn(-y, y, x), h, y);
+    return (x == 0.0f) ? x : s;
 }
 
 __global__ void check(unsigned int lo, unsigned int n, unsigned long long* bad, unsigned int* first)
@@ -36,6 +37,8 @@ int main()
     cudaMalloc(&first, sizeof *first);
     cudaMemset(bad, 0, sizeof *bad);
     cudaMemset(first, 0xff, sizeof *first);
+    check<<<1, 1>>>(0x00000000u, 1, bad, first);  // +0
+    check<<<1, 1>>>(0x80000000u, 1, bad, first);  // -0
     const unsigned int chunk = 1u << 30;
     for (unsigned long long a = lo; a <= hi; a += chunk) {
         unsigned int n = (unsigned int)((hi - a + 1 < chunk) ? hi - a + 1 : chunk);
@@ -47,7 +50,7 @@ int main()
     cudaMemcpy(&f, first, sizeof f, cudaMemcpyDeviceToHost);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) { printf("CUDA error: %s\n", cudaGetErrorString(e)); return 2; }
-    printf("draw_sqrt vs sqrtf on %u floats in [2^-101, FLT_MAX]: %llu differ", hi - lo + 1, b);
+    printf("draw_sqrt vs sqrtf on +-0 and the %u floats in [2^-101, FLT_MAX]: %llu differ", hi - lo + 1, b);
     if (b) { float x; memcpy(&x, &f, 4); printf(" (first at %a)", x); }
     printf("\n");
     return b ? 1 : 0;

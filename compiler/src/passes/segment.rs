@@ -372,7 +372,11 @@ mod tests {
             segment_count(10, &o(Checkpoint::Registers, Some(32), None)),
             10
         );
-        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, None, None)), 8);
+        assert_eq!(segment_count(1536, &o(Checkpoint::Scratch, None, None)), 16);
+        assert_eq!(
+            segment_count(1536, &o(Checkpoint::Scratch, None, Some(200))),
+            8
+        );
         assert_eq!(
             segment_count(1536, &o(Checkpoint::Scratch, None, Some(100))),
             16

@@ -137,7 +137,7 @@ fn default_switch_and_knobs() {
 #[test]
 fn scratch_strategy_fills_slots() {
     let t = asian(252);
-    let p = plan(&t, &scratch(None)); // ceil(1536 / 200) = 8 segments
+    let p = plan(&t, &scratch(Some(200))); // ceil(1536 / 200) = 8 segments
     let sp = &p.segments;
     assert_eq!(sp.strategy, Checkpoint::Scratch);
     assert_eq!(sp.segments.len(), 8);
@@ -151,6 +151,8 @@ fn scratch_strategy_fills_slots() {
     assert!(!sp.scratch_slots.contains(&NodeId(2)));
     assert!(!sp.scratch_slots.contains(&NodeId(1535)));
     assert!(sp.scratch_slots.contains(&NodeId(1)));
+    // The default segment length is 100 nodes: ceil(1536 / 100) = 16 segments.
+    assert_eq!(plan(&t, &scratch(None)).segments.segments.len(), 16);
     assert_eq!(plan(&t, &scratch(Some(100))).segments.segments.len(), 16);
     assert_eq!(plan(&t, &scratch(Some(2000))).segments.segments.len(), 1);
     assert!(plan(&t, &scratch(Some(2000)))
