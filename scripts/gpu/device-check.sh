@@ -22,7 +22,8 @@ date -u
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
 nvcc --version | tail -1
 
-# Vulkan: the NVIDIA ICD is installed, its loader is not; glslang comes from .gpu/bin.
+# Vulkan: the NVIDIA ICD is installed, its loader and glvnd are not (prepare.sh carries their
+# debs); glslang comes from .gpu/bin.
 for f in "$g"/deb/*.deb; do dpkg -x "$f" /; done
 ldconfig
 if [ -z "${VK_DRIVER_FILES:-}" ]; then
@@ -30,6 +31,7 @@ if [ -z "${VK_DRIVER_FILES:-}" ]; then
   [ -n "$icd" ] && export VK_DRIVER_FILES=$icd
   echo "Vulkan ICD: ${icd:-none found}"
 fi
+export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
 export NABLAC_GLSLANG=$PWD/$g/bin/glslangValidator
 export NABLAC_OPENCL_DEVICE=${NABLAC_OPENCL_DEVICE:-NVIDIA}
 export NABLAC_CACHE_DIR=/tmp/nablac-cache

@@ -2,7 +2,7 @@
 # Prepares .gpu/ here for scripts/gpu/device-check.sh on the GPU machine, which has no Rust
 # toolchain, no glslang, no Vulkan loader and no network:
 #   .gpu/bin/    release nablac, the runtime test binary (compiler/tests/runtime.rs), glslangValidator
-#   .gpu/deb/    the Vulkan loader (libvulkan1) to unpack there
+#   .gpu/deb/    the Vulkan loader (libvulkan1) and glvnd, which the NVIDIA ICD needs, to unpack there
 #   .gpu/k/      the 252-step Asian's CUDA benchmark kernels, emitted by nablac, each with its
 #                manifest, its sm_90 cubin (NVRTC + ptxas here, so no device time goes to
 #                compiling) and ptxas's resource report
@@ -26,7 +26,8 @@ for l in sys.stdin:
         print(j["executable"])')
 strip -o "$g/bin/runtime-tests" "$tests"
 cp "$(command -v glslangValidator)" "$g/bin/"
-(cd "$g/deb" && apt-get download libvulkan1 >/dev/null 2>&1)
+# The Vulkan loader, and glvnd, which the NVIDIA ICD (libGLX_nvidia) needs to load.
+(cd "$g/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
 [[ "${BINARIES_ONLY:-0}" == 1 ]] && exit 0
 
 n=$g/bin/nablac
