@@ -292,7 +292,7 @@ fn run_on_the_cpu_is_deterministic_and_matches_a_compiled_kernel() {
     );
     let e = fails(&["run", "e.clif", "--target", "cuda"], &d, 1);
     assert!(
-        e.contains("is a cpu kernel; run it with --target cpu"),
+        e.contains("is a kernel for cpu; run it with --target cpu"),
         "{e}"
     );
     let e = fails(&["run", "e.bin", "--paths", "0"], &d, 1);
