@@ -380,30 +380,32 @@ impl Backend {
         opts: &RunOptions,
         market_of: (usize, usize),
     ) -> Result<Vec<PartialSums>, RuntimeError> {
-        match (self, &kernel.code) {
+        let end = range.end;
+        let sums = match (self, &kernel.code) {
             (Backend::Cpu, Code::Cpu(c)) => {
-                cpu_range_sums(c, market, seed, paths, range, opts, market_of)
+                return cpu_range_sums(c, market, seed, paths, range, opts, market_of)
             }
-            (Backend::Vulkan(d), Code::Vulkan(k)) => {
-                let sums = d.run_range(k, market, seed, paths, range.clone())?;
-                gpu_progress(opts, market_of, range.end, paths);
-                Ok(sums)
+            (Backend::Vulkan(d), Code::Vulkan(k)) => d.run_range(k, market, seed, paths, range)?,
+            (Backend::Cuda(d), Code::Cuda(k)) => d.run_range(k, market, seed, paths, range)?,
+            (Backend::Opencl(d), Code::Opencl(k)) => d.run_range(k, market, seed, paths, range)?,
+            (b, k) => {
+                return Err(RuntimeError::WrongBackend {
+                    kernel: k.backend_name(),
+                    backend: b.name(),
+                })
             }
-            (Backend::Cuda(d), Code::Cuda(k)) => {
-                let sums = d.run_range(k, market, seed, paths, range.clone())?;
-                gpu_progress(opts, market_of, range.end, paths);
-                Ok(sums)
-            }
-            (Backend::Opencl(d), Code::Opencl(k)) => {
-                let sums = d.run_range(k, market, seed, paths, range.clone())?;
-                gpu_progress(opts, market_of, range.end, paths);
-                Ok(sums)
-            }
-            (b, k) => Err(RuntimeError::WrongBackend {
-                kernel: k.backend_name(),
-                backend: b.name(),
-            }),
+        };
+        // A GPU range finishes whole; the CPU reports per chunk.
+        if let Some(progress) = opts.progress {
+            let (market, markets) = market_of;
+            progress(Progress {
+                market,
+                markets,
+                done: end,
+                paths,
+            });
         }
+        Ok(sums)
     }
 
     fn name(&self) -> &'static str {
@@ -446,18 +448,6 @@ fn merge_into(sums: &mut [PartialSums], part: &[PartialSums]) -> Result<(), Runt
         s.merge(p)?;
     }
     Ok(())
-}
-
-/// Reports a GPU range as done (GPU ranges finish whole; the CPU reports per chunk).
-fn gpu_progress(opts: &RunOptions, (market, markets): (usize, usize), done: u64, paths: u64) {
-    if let Some(progress) = opts.progress {
-        progress(Progress {
-            market,
-            markets,
-            done,
-            paths,
-        });
-    }
 }
 
 /// The default chunk: about 8 chunks per thread, between 1024 and 65536 paths, 1024-aligned.
