@@ -128,20 +128,19 @@ mod tests {
             m.strike * m.maturity * df,
             m.rate * m.strike * df,
         ];
-        for i in 0..5 {
+        for (i, want) in parity.iter().enumerate() {
             assert!(
-                (c.greeks[i] - p.greeks[i] - parity[i]).abs() < 1e-12,
+                (c.greeks[i] - p.greeks[i] - want).abs() < 1e-12,
                 "input {i}"
             );
         }
         // Each Greek is the derivative of the price: central differences.
         for call in [true, false] {
-            let x = m.values();
-            for i in 0..5 {
-                let h = 1e-5 * x[i];
+            for (i, &xi) in m.values().iter().enumerate() {
+                let h = 1e-5 * xi;
                 let at = |d: f64| {
                     let mut y = m;
-                    y.set(Market::NAMES[i], x[i] + d).unwrap();
+                    y.set(Market::NAMES[i], xi + d).unwrap();
                     black_scholes(call, &y).price
                 };
                 let fd = (at(h) - at(-h)) / (2.0 * h);

@@ -221,7 +221,15 @@ fn check_bits(
         );
         assert_eq!(
             want,
-            bits(&run_with(backend, &plain, &[market.clone()], paths, Some(1024))[0]),
+            bits(
+                &run_with(
+                    backend,
+                    &plain,
+                    std::slice::from_ref(&market),
+                    paths,
+                    Some(1024)
+                )[0]
+            ),
             "{what}: chunks of 1024 paths vs one run"
         );
         for c in checkpointed(precision, segments) {
@@ -230,7 +238,15 @@ fn check_bits(
             };
             assert_eq!(
                 want,
-                bits(&run_with(backend, &k, &[market.clone()], paths, Some(2048))[0]),
+                bits(
+                    &run_with(
+                        backend,
+                        &k,
+                        std::slice::from_ref(&market),
+                        paths,
+                        Some(2048)
+                    )[0]
+                ),
                 "{what}: {} vs the plain kernel",
                 c.label()
             );
@@ -564,7 +580,7 @@ fn a_draw_whose_f32_u1_rounds_to_one_is_zero_not_nan() {
             let r = backend
                 .run(
                     &k,
-                    &[market.clone()],
+                    std::slice::from_ref(&market),
                     paths,
                     EDGE_SEED,
                     &RunOptions::default(),

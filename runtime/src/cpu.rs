@@ -323,7 +323,7 @@ impl Compiled {
                 self.n_inputs
             )));
         }
-        if out.len() % self.row != 0 {
+        if !out.len().is_multiple_of(self.row) {
             return Err(RuntimeError::Run(format!(
                 "output length {} is not a multiple of the row {}",
                 out.len(),

@@ -285,8 +285,8 @@ impl Backend {
         self.check_market(kernel, 0, market)?;
         if range.start >= range.end
             || range.end > paths
-            || range.start % PATH_ALIGN != 0
-            || (range.end != paths && range.end % PATH_ALIGN != 0)
+            || !range.start.is_multiple_of(PATH_ALIGN)
+            || (range.end != paths && !range.end.is_multiple_of(PATH_ALIGN))
         {
             return Err(RuntimeError::Run(format!(
                 "path range {range:?} of a {paths}-path run: it must be non-empty, inside the run, \
@@ -480,7 +480,8 @@ fn cpu_range_sums(
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
-    let results: Mutex<Vec<(u64, Result<Vec<PartialSums>, RuntimeError>)>> = Mutex::new(Vec::new());
+    type ChunkResult = (u64, Result<Vec<PartialSums>, RuntimeError>);
+    let results: Mutex<Vec<ChunkResult>> = Mutex::new(Vec::new());
     let work = || {
         let mut out = Vec::new();
         loop {
