@@ -3,8 +3,8 @@
 #
 # Installs what the tests need when it is missing (PoCL, lavapipe, glslang, spirv-tools, the
 # NVRTC/ptxas wheels: scripts/install-test-deps.sh), then runs every test in the workspace with
-# the real compilers required, rejects pending or unreferenced insta snapshots, and runs each
-# fuzz target briefly.
+# the real compilers required, checks formatting and clippy, rejects pending or unreferenced insta
+# snapshots, and runs each fuzz target briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -26,6 +26,10 @@ export INSTA_SNAPSHOT_REFERENCES_FILE=$refs
 
 step "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast
+
+step "rustfmt and clippy"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "snapshot hygiene: no pending, no unreferenced snapshots"
 pending=$(find snapshots compiler tests -name '*.snap.new' -o -name '*.pending-snap' 2>/dev/null || true)
