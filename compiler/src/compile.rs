@@ -23,6 +23,8 @@ pub struct CompileOptions {
     pub scratch_layout: ScratchLayout,
     /// A comment naming the tape node on every generated line (GPU targets).
     pub annotate: bool,
+    /// CUDA: resident workgroups per multiprocessor to ask for (`EmitOptions::min_blocks`).
+    pub min_blocks: Option<u32>,
 }
 
 impl CompileOptions {
@@ -46,6 +48,7 @@ impl CompileOptions {
             workgroup_size: crate::emit::DEFAULT_WORKGROUP_SIZE,
             scratch_layout: ScratchLayout::Soa,
             annotate: false,
+            min_blocks: None,
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct Compiled {
 pub enum CompileError {
     #[error("--checkpoint scratch is for cuda and opencl; {0} keeps values in registers")]
     ScratchUnsupported(&'static str),
+    #[error("--min-blocks is CUDA's launch bounds; the {0} target has none")]
+    MinBlocksUnsupported(&'static str),
     #[error(transparent)]
     Emit(#[from] EmitError),
     #[error(transparent)]
@@ -74,6 +79,9 @@ pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileEr
     let scratch = opts.segments.strategy == Checkpoint::Scratch;
     if scratch && matches!(opts.target, Target::Glsl | Target::Cpu) {
         return Err(CompileError::ScratchUnsupported(opts.target.name()));
+    }
+    if opts.min_blocks.is_some() && opts.target == Target::Cpu {
+        return Err(CompileError::MinBlocksUnsupported(opts.target.name()));
     }
     let plan = crate::passes::plan(tape, &opts.segments);
     let (source, manifest) = match opts.target {
@@ -99,6 +107,7 @@ pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileEr
                     workgroup_size: opts.workgroup_size,
                     scratch_layout: opts.scratch_layout,
                     annotate: opts.annotate,
+                    min_blocks: opts.min_blocks,
                 },
             )?;
             (k.source, k.manifest)

@@ -45,11 +45,10 @@ emit asian252_price_f64 --mode price --precision f64
 emit asian252_plain_f64 --segments 1 --precision f64
 emit asian252_reg16_f64 --checkpoint registers --segments 16 --precision f64
 # The 16-segment kernel again, asking for B resident blocks of 128 threads per SM
-# (__launch_bounds__(128, B): at most 65536 / (128 B) registers, 128 / 102 / 85 for B = 4 / 5 / 6;
-# -maxrregcount does nothing where launch bounds are given): occupancy bought with spills.
+# (--min-blocks B: __launch_bounds__(128, B), at most 65536 / (128 B) registers, 128 / 102 / 85
+# for B = 4 / 5 / 6; -maxrregcount does nothing where launch bounds are given).
 for b in 4 5 6; do
-  sed "s/__launch_bounds__(128)/__launch_bounds__(128, $b)/" "$g/k/asian252_reg16_f32.cu" >"$g/k/asian252_reg16mb${b}_f32.cu"
-  cp "$g/k/asian252_reg16_f32.cu.json" "$g/k/asian252_reg16mb${b}_f32.cu.json"
+  emit "asian252_reg16mb${b}_f32" --checkpoint registers --segments 16 --min-blocks "$b"
 done
 
 # sm_90 cubins, two at a time (NVRTC and ptxas are single-threaded).

@@ -154,6 +154,10 @@ pub struct CompileOpts {
     /// Comment every generated line with the tape node it computes.
     #[arg(long)]
     pub annotate: bool,
+    /// CUDA: ask for N resident workgroups per multiprocessor (`__launch_bounds__(WG, N)`),
+    /// capping registers at 65536 / (WG * N). Default: the compiler's choice.
+    #[arg(long, value_name = "N")]
+    pub min_blocks: Option<u32>,
 }
 
 /// `name=value` pairs overriding input values.

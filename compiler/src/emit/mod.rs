@@ -101,6 +101,11 @@ pub struct EmitOptions {
     pub scratch_layout: ScratchLayout,
     /// Add a comment naming the tape node to every line of the body (`// %18 = exp %17`).
     pub annotate: bool,
+    /// CUDA: ask for this many resident workgroups per multiprocessor
+    /// (`__launch_bounds__(WG, N)`), which caps registers at 65536 / (WG * N): occupancy bought
+    /// with spills (on the H200, N = 4 made the 16-segment Asian 1.33x faster; BENCHMARKS.md).
+    /// `None`: the compiler's choice. Other targets have no such hint and refuse it.
+    pub min_blocks: Option<u32>,
 }
 
 impl Default for EmitOptions {
@@ -112,6 +117,7 @@ impl Default for EmitOptions {
             workgroup_size: DEFAULT_WORKGROUP_SIZE,
             scratch_layout: ScratchLayout::Soa,
             annotate: false,
+            min_blocks: None,
         }
     }
 }
@@ -130,6 +136,8 @@ pub enum EmitError {
     NotAKernelTarget(&'static str),
     #[error("workgroup size {0} is not a power of two in 1..={MAX_WORKGROUP_SIZE}")]
     WorkgroupSize(u32),
+    #[error("--min-blocks must be at least 1")]
+    MinBlocks,
     #[error("target {target} cannot {what}")]
     Unsupported { target: &'static str, what: String },
     #[error("constant {value:e} at {node} overflows {precision} (it would be an infinity)")]
@@ -157,6 +165,17 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
     let wg = opts.workgroup_size;
     if !wg.is_power_of_two() || wg > MAX_WORKGROUP_SIZE {
         return Err(EmitError::WorkgroupSize(wg));
+    }
+    match opts.min_blocks {
+        Some(0) => return Err(EmitError::MinBlocks),
+        Some(_) if opts.target != Target::Cuda => {
+            return Err(EmitError::Unsupported {
+                target: opts.target.name(),
+                what: "take a resident-workgroups hint (--min-blocks is CUDA's launch bounds)"
+                    .into(),
+            })
+        }
+        _ => {}
     }
     check_tape(tape)?;
     check_plan_shape(tape, plan)?;

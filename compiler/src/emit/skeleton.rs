@@ -28,6 +28,8 @@ struct Skeleton {
     group_id: &'static str,
     barrier: &'static str,
     wg: u32,
+    /// `, N` for `__launch_bounds__(WG, N)`, or empty.
+    min_blocks: String,
     n_sums: usize,
     partial_index: String,
     dzero: String,
@@ -127,6 +129,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         group_id: d.group_id,
         barrier: d.barrier,
         wg: opts.workgroup_size,
+        min_blocks: opts.min_blocks.map_or(String::new(), |n| format!(", {n}")),
         n_sums,
         partial_index,
         dzero: d.literal(0.0, Precision::F64),

@@ -980,3 +980,32 @@ fn print_reference() {
         println!("{name}: {r:?}");
     }
 }
+
+#[test]
+fn min_blocks_is_cuda_launch_bounds() {
+    let (_, tape, plan) = cases().remove(2); // asian8_ckpt2
+    let with = |target, min_blocks| {
+        emit(
+            &tape,
+            &plan,
+            &EmitOptions {
+                min_blocks,
+                ..opts(target, Mode::Reverse)
+            },
+        )
+    };
+    let src = with(Target::Cuda, Some(4)).unwrap().source;
+    assert!(
+        src.contains("__launch_bounds__(128, 4) nablac_main("),
+        "{src}"
+    );
+    assert!(with(Target::Cuda, None)
+        .unwrap()
+        .source
+        .contains("__launch_bounds__(128) nablac_main("));
+    assert_eq!(with(Target::Cuda, Some(0)), Err(EmitError::MinBlocks));
+    for target in [Target::Opencl, Target::Glsl] {
+        let e = with(target, Some(4)).unwrap_err().to_string();
+        assert!(e.contains("resident-workgroups hint"), "{e}");
+    }
+}
