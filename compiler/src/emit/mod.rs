@@ -21,8 +21,8 @@
 //!   declared at top level; the forward sweep is one `{ }` block per segment; the reverse sweep
 //!   runs the segments last first, each block re-keying the generator (`key ^ zero`) when the plan
 //!   says so, reading each of its opaque reads into a local `rN = opq(vN, zero)`, recomputing the
-//!   segment's local forward lines, then its adjoint lines. Adjoints of persistent values live at
-//!   top level; the others die with their block.
+//!   plan's `Segment::recompute` (the locals its adjoint lines need), then its adjoint lines.
+//!   Adjoints of persistent values live at top level; the others die with their block.
 //! - **checkpointed reverse, scratch buffer** (`Checkpoint::Scratch`, CUDA and OpenCL): as the
 //!   register kernel, and every value with a scratch slot is also written to
 //!   `scratch[slot * invocations + gid]` (soa) or `scratch[gid * slots + slot]` (aos) by the
