@@ -237,32 +237,18 @@ impl Backend {
             return Err(ReportError::NoPaths.into());
         }
         check_options(opts)?;
-        // GPU backends take `chunk_paths` as the most paths one call covers; the CPU backend
-        // takes a whole range and spreads it over threads in chunks of that many paths.
-        let step = match (self, opts.chunk_paths) {
-            (Backend::Cpu, _) | (_, None) => self.max_range(),
-            (_, Some(c)) => c.min(self.max_range()),
-        };
-        let step = (step.max(PATH_ALIGN) / PATH_ALIGN) * PATH_ALIGN;
         let mut reports = Vec::with_capacity(markets.len());
         for (mi, market) in markets.iter().enumerate() {
             self.check_market(kernel, mi, market)?;
-            let mut sums = self.empty_sums(kernel, paths)?;
-            let mut start = 0u64;
-            while start < paths {
-                let end = start.saturating_add(step).min(paths);
-                let part = self.sums_of(
-                    kernel,
-                    market,
-                    seed,
-                    paths,
-                    start..end,
-                    opts,
-                    (mi, markets.len()),
-                )?;
-                merge_into(&mut sums, &part)?;
-                start = end;
-            }
+            let sums = self.tiled_sums(
+                kernel,
+                market,
+                seed,
+                paths,
+                0..paths,
+                opts,
+                (mi, markets.len()),
+            )?;
             reports.push(self.report(kernel, &sums)?);
         }
         Ok(reports)
@@ -293,11 +279,33 @@ impl Backend {
                  and start (and end, unless at the run's end) at a multiple of {PATH_ALIGN}"
             )));
         }
+        self.tiled_sums(kernel, market, seed, paths, range, opts, (0, 1))
+    }
+
+    /// The partial sums of `range`, computed in steps no longer than the backend takes at once
+    /// (GPU backends take `chunk_paths` as the most paths one step covers; the CPU backend takes
+    /// a whole range and spreads it over threads in chunks of that many paths).
+    #[allow(clippy::too_many_arguments)]
+    fn tiled_sums(
+        &self,
+        kernel: &LoadedKernel,
+        market: &[f64],
+        seed: u64,
+        paths: u64,
+        range: Range<u64>,
+        opts: &RunOptions,
+        market_of: (usize, usize),
+    ) -> Result<Vec<PartialSums>, RuntimeError> {
+        let step = match (self, opts.chunk_paths) {
+            (Backend::Cpu, _) | (_, None) => self.max_range(),
+            (_, Some(c)) => c.min(self.max_range()),
+        };
+        let step = (step.max(PATH_ALIGN) / PATH_ALIGN) * PATH_ALIGN;
         let mut sums = self.empty_sums(kernel, paths)?;
         let mut start = range.start;
         while start < range.end {
-            let end = start.saturating_add(self.max_range()).min(range.end);
-            let part = self.sums_of(kernel, market, seed, paths, start..end, opts, (0, 1))?;
+            let end = start.saturating_add(step).min(range.end);
+            let part = self.sums_of(kernel, market, seed, paths, start..end, opts, market_of)?;
             merge_into(&mut sums, &part)?;
             start = end;
         }
