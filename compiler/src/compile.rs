@@ -64,10 +64,13 @@ pub struct Compiled {
 /// Why a tape could not be compiled.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CompileError {
-    #[error("--checkpoint scratch is for cuda and opencl; {0} keeps values in registers")]
-    ScratchUnsupported(&'static str),
-    #[error("--min-blocks is CUDA's launch bounds; the {0} target has none")]
-    MinBlocksUnsupported(&'static str),
+    /// An option the target cannot honour, whatever the tape.
+    #[error("{option} is not for the {target} target: {why}")]
+    NotForTarget {
+        option: &'static str,
+        target: &'static str,
+        why: &'static str,
+    },
     #[error(transparent)]
     Emit(#[from] EmitError),
     #[error(transparent)]
@@ -76,12 +79,24 @@ pub enum CompileError {
 
 /// Plans `tape` (verified: `verify::verify` accepted it) and emits its kernel (see the module doc).
 pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let scratch = opts.segments.strategy == Checkpoint::Scratch;
-    if scratch && matches!(opts.target, Target::Glsl | Target::Cpu) {
-        return Err(CompileError::ScratchUnsupported(opts.target.name()));
+    let refuse = |option, why| {
+        Err(CompileError::NotForTarget {
+            option,
+            target: opts.target.name(),
+            why,
+        })
+    };
+    if opts.segments.strategy == Checkpoint::Scratch
+        && matches!(opts.target, Target::Glsl | Target::Cpu)
+    {
+        return refuse(
+            "--checkpoint scratch",
+            "it keeps values in registers (the scratch buffer is for cuda and opencl)",
+        );
     }
     if opts.min_blocks.is_some() && opts.target == Target::Cpu {
-        return Err(CompileError::MinBlocksUnsupported(opts.target.name()));
+        // (The emitter refuses it for OpenCL and GLSL.)
+        return refuse("--min-blocks", "it has no launch bounds (they are CUDA's)");
     }
     let plan = crate::passes::plan(tape, &opts.segments);
     let (source, manifest) = match opts.target {
@@ -118,4 +133,55 @@ pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileEr
         manifest,
         plan,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::products::{record, Market, Options, Product};
+
+    fn european() -> Tape {
+        let p = Product::EuropeanCall;
+        record(p, &Options::defaults(p), &Market::default()).unwrap()
+    }
+
+    #[test]
+    fn targets_get_their_defaults_and_the_same_bytes_twice() {
+        let t = european();
+        for target in [Target::Cpu, Target::Cuda, Target::Opencl, Target::Glsl] {
+            let o = CompileOptions::new(target);
+            let a = compile(&t, &o).unwrap();
+            assert_eq!(a.manifest.target, target);
+            let want = if target == Target::Cpu {
+                Precision::F64
+            } else {
+                Precision::F32
+            };
+            assert_eq!(a.manifest.precision, want);
+            assert_eq!(a, compile(&t, &o).unwrap());
+        }
+    }
+
+    #[test]
+    fn options_a_target_cannot_honour_are_refused_whatever_the_tape() {
+        let t = european(); // 24 nodes: never checkpointed, yet scratch is still refused
+        for target in [Target::Cpu, Target::Glsl] {
+            let mut o = CompileOptions::new(target);
+            o.segments.strategy = Checkpoint::Scratch;
+            let e = compile(&t, &o).unwrap_err().to_string();
+            assert!(e.contains("--checkpoint scratch is not for the"), "{e}");
+        }
+        let mut o = CompileOptions::new(Target::Cpu);
+        o.min_blocks = Some(4);
+        assert!(compile(&t, &o)
+            .unwrap_err()
+            .to_string()
+            .contains("--min-blocks"));
+        let mut o = CompileOptions::new(Target::Opencl);
+        o.min_blocks = Some(4);
+        assert!(matches!(
+            compile(&t, &o),
+            Err(CompileError::Emit(EmitError::Unsupported { .. }))
+        ));
+    }
 }

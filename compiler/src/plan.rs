@@ -92,6 +92,15 @@ impl SegmentPlan {
     pub fn is_checkpointed(&self) -> bool {
         self.segments.len() > 1
     }
+
+    /// `mask[v]` iff node v is persistent, for a tape of `n` nodes.
+    pub fn persistent_mask(&self, n: usize) -> Vec<bool> {
+        let mut mask = vec![false; n];
+        for v in &self.persistent {
+            mask[v.index()] = true;
+        }
+        mask
+    }
 }
 
 /// The anti-CSE plan. In the reverse sweep, segment s reads each of `opaque_reads[s]` through the

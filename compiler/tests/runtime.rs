@@ -156,11 +156,6 @@ fn bits(r: &Report) -> Vec<u64> {
         .collect()
 }
 
-fn precisions(target: Target) -> [Precision; 2] {
-    let _ = target;
-    [Precision::F32, Precision::F64]
-}
-
 fn corpus() -> Vec<nablac::corpus::Case> {
     nablac::corpus::load(&nablac::corpus::dir()).expect("the corpus loads")
 }
@@ -203,7 +198,7 @@ fn check_bits(
     paths: u64,
 ) {
     let market: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
-    for precision in precisions(target) {
+    for precision in [Precision::F32, Precision::F64] {
         let Some(plain) = kernel(
             target,
             backend,
@@ -232,6 +227,34 @@ fn check_bits(
             ),
             "{what}: chunks of 1024 paths vs one run"
         );
+        // Partial sums of ranges, merged out of order, make the same report (a run split
+        // across devices); a range that does not start on a 1024 boundary is refused.
+        let part = |r: std::ops::Range<u64>| {
+            backend
+                .partial_sums(&plain, &market, SEED, paths, r, &RunOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: partial sums: {e}"))
+        };
+        let mut merged = part(2048..paths);
+        for p in [part(0..1024), part(1024..2048)] {
+            for (a, b) in merged.iter_mut().zip(&p) {
+                a.merge(b).expect("disjoint ranges");
+            }
+        }
+        assert_eq!(
+            want,
+            bits(&backend.report(&plain, &merged).expect("complete sums")),
+            "{what}: partial sums of three ranges vs one run"
+        );
+        assert!(backend
+            .partial_sums(
+                &plain,
+                &market,
+                SEED,
+                paths,
+                100..1024,
+                &RunOptions::default()
+            )
+            .is_err());
         for c in checkpointed(precision, segments) {
             let Some(k) = kernel(target, backend, tape, c) else {
                 continue;

@@ -48,8 +48,6 @@ pub const PATH_ALIGN: u64 = 1024;
 /// Why a kernel could not be loaded or run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("target {0} has no backend in this build")]
-    Unsupported(&'static str),
     #[error("manifest: {0}")]
     Manifest(String),
     #[error("kernel: {0}")]

@@ -200,7 +200,7 @@ impl Device {
     }
 
     fn probe(&self) -> Result<(), GpuError> {
-        let (program, kernel) = self.build(PROBE_CL, "nb_probe", "")?;
+        let (_program, kernel) = self.build(PROBE_CL, "nb_probe", "")?;
         let input = self.upload(&[1.25f64])?;
         let out = self.zeros::<f64>(1, CL_MEM_WRITE_ONLY)?;
         let z: cl_uint = 0;
@@ -216,7 +216,6 @@ impl Device {
         self.finish_launch(&mut exec, "probe launch", PROBE_TIMEOUT)?;
         let mut got = [0f64];
         self.download(&out, &mut got)?;
-        drop(program);
         if got != [2.5] {
             return Err(self.err("probe launch", format!("wrote {got:?}, expected [2.5]")));
         }
@@ -458,12 +457,19 @@ impl Device {
 
 #[cfg(test)]
 mod tests {
+    /// Opening never panics: it gives a device whose probe ran, or an error that names OpenCL.
+    /// Where the test command requires the drivers (NABLAC_REQUIRE_TOOLS=1), it must open.
     #[test]
-    fn absence_is_a_clean_error() {
-        // Without OpenCL this is the error path; with it, the device must open or say why.
+    fn open_gives_a_device_or_says_what_is_missing() {
         match super::open() {
-            Ok(d) => assert!(!d.describe().is_empty()),
-            Err(e) => assert!(!e.to_string().is_empty(), "{e}"),
+            Ok(d) => assert!(d.describe().contains(" / "), "{}", d.describe()),
+            Err(e) => {
+                assert!(
+                    std::env::var("NABLAC_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                    "OpenCL is required here: {e}"
+                );
+                assert!(e.to_string().contains("OpenCL"), "{e}");
+            }
         }
     }
 }

@@ -146,9 +146,9 @@ impl Dialect {
 
     /// The square root of the Box–Muller step, whose argument `-2 ln u1` is a normal float in
     /// [2.3e-7, 34.7], or -0 where the f32 u1 rounds to 1. CUDA f32 calls `draw_sqrt` (the
-    /// template defines it): IEEE `sqrtf`'s own fast path, inline, zeros apart. `sqrtf` branches to an out-of-line slow path for
-    /// arguments below 2^-101, infinities and NaNs; the call makes ptxas spill live registers
-    /// around every draw. Elsewhere it is the precision's `sqrt`.
+    /// template defines it): IEEE `sqrtf`'s own fast path, inline, zeros apart; `sqrtf` itself
+    /// branches to an out-of-line slow path for arguments below 2^-101, infinities and NaNs, and
+    /// the call makes ptxas spill live registers around every draw. Elsewhere: `sqrt`.
     pub fn draw_sqrt(&self, p: Precision) -> &'static str {
         if self.inline_draw_sqrt(p) {
             "draw_sqrt"

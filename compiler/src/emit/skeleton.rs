@@ -50,7 +50,8 @@ struct Skeleton {
     ulp: String,
     minus_two: String,
     cos_2pi: String,
-    sqrt: &'static str,
+    /// The square root the normal draw calls (`Dialect::draw_sqrt`).
+    draw_sqrt: &'static str,
     inline_draw_sqrt: bool,
     log: &'static str,
     body: String,
@@ -150,7 +151,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         ulp,
         minus_two: d.literal(-2.0, p),
         cos_2pi: d.cos_2pi(p),
-        sqrt: d.draw_sqrt(p),
+        draw_sqrt: d.draw_sqrt(p),
         inline_draw_sqrt: d.inline_draw_sqrt(p),
         log: d.math(MathFn::Log, p),
         body: body.render(2),

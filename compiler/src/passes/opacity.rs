@@ -47,10 +47,7 @@ pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
         };
     }
     let act = super::activity(tape);
-    let mut is_persistent = vec![false; tape.len()];
-    for v in &plan.persistent {
-        is_persistent[v.index()] = true;
-    }
+    let is_persistent = plan.persistent_mask(tape.len());
     let opaque_reads = plan
         .segments
         .iter()

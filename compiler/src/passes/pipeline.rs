@@ -167,10 +167,7 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
     let is_persistent = |v: NodeId| sp.persistent.binary_search(&v).is_ok();
 
     // Per segment: forward lines, bookmarks, what the reverse block recomputes, draws.
-    let mut persistent_mask = vec![false; n];
-    for p in &sp.persistent {
-        persistent_mask[p.index()] = true;
-    }
+    let persistent_mask = sp.persistent_mask(n);
     for (s, seg) in sp.segments.iter().enumerate() {
         for i in seg.range.clone() {
             let v = NodeId(i);

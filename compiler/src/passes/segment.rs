@@ -252,23 +252,23 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
     bounds.push(0);
     bounds.extend(&cuts);
     bounds.push(n as u32);
+    // Each reverse block's read-backs, computed once: the bookmarks are those from before the
+    // segment, and a crossing value gets a scratch slot only if some block reads it back.
+    let mut read_back = vec![false; n];
     let segments = bounds
         .windows(2)
         .map(|w| {
             let (start, end) = (w[0], w[1]);
-            let recompute = if cuts.is_empty() {
-                Vec::new()
+            let (recompute, reads) = if cuts.is_empty() {
+                (Vec::new(), Vec::new())
             } else {
-                reverse_recompute(tape, &act, &is_persistent, start..end)
+                let recompute = reverse_recompute(tape, &act, &is_persistent, start..end);
+                let reads = reverse_reads(tape, &act, &is_persistent, start..end, &recompute);
+                (recompute, reads)
             };
-            let bookmarks: Vec<NodeId> = if cuts.is_empty() {
-                Vec::new()
-            } else {
-                reverse_reads(tape, &act, &is_persistent, start..end, &recompute)
-                    .into_iter()
-                    .filter(|v| v.0 < start)
-                    .collect()
-            };
+            for v in &reads {
+                read_back[v.index()] = true;
+            }
             let draws = recompute
                 .iter()
                 .copied()
@@ -276,7 +276,7 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
                 .collect();
             Segment {
                 range: start..end,
-                bookmarks,
+                bookmarks: reads.into_iter().filter(|v| v.0 < start).collect(),
                 recompute,
                 draws,
             }
@@ -290,19 +290,6 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
         Checkpoint::Off
     };
     let scratch_slots = if strategy == Checkpoint::Scratch {
-        // A crossing value that no reverse block reads back needs no slot.
-        let mut read_back = vec![false; n];
-        for seg in &segments {
-            for v in reverse_reads(
-                tape,
-                &act,
-                &is_persistent,
-                seg.range.clone(),
-                &seg.recompute,
-            ) {
-                read_back[v.index()] = true;
-            }
-        }
         crossing_values
             .into_iter()
             .filter(|v| read_back[v.index()])
