@@ -3,8 +3,8 @@
 //! Contract: libcuda and libnvrtc are loaded at run time; [`open`] checks they exist first and
 //! returns "CUDA driver (libcuda.so) not found" (or the NVRTC equivalent) instead of panicking.
 //! [`Device::load`] compiles with NVRTC using the manifest's `compile_options` (e.g.
-//! `--fmad=false`) plus `--gpu-architecture=compute_XY` of the device; the PTX is cached
-//! (`gpu::cache`) on (source, device name + capability, options). [`Device::run_range`] returns
+//! `--fmad=false`) plus `--gpu-architecture=sm_XY` of the device, straight to a cubin, cached
+//! (`gpu::cache`) on (source, device name + capability, options): a second load compiles nothing. [`Device::run_range`] returns
 //! one `PartialSums` per manifest sum, as the Vulkan backend does.
 
 use crate::gpu::{self, cache, GpuError};
@@ -136,6 +136,58 @@ fn catch<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String>
     })
 }
 
+/// One NVRTC compile to a cubin; on failure, the log's first line that says "error" (or the
+/// whole log, or NVRTC's status).
+fn nvrtc_cubin(source: &str, name: &str, options: &[String]) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result, sys};
+    use std::ffi::CString;
+    let src = CString::new(source).map_err(|_| "the source holds a NUL byte".to_string())?;
+    let name = CString::new(name).map_err(|_| "the entry point holds a NUL byte".to_string())?;
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| format!("{e:?}"))?;
+    // SAFETY: `prog` was created above and is destroyed once, at the end; buffers are sized by
+    // NVRTC's own size queries.
+    let out = unsafe {
+        match result::compile_program(prog, options) {
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> =
+                            l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    })
+                    .unwrap_or_default();
+                Err(log
+                    .lines()
+                    .find(|x| x.contains("error"))
+                    .map(str::to_string)
+                    .unwrap_or_else(|| {
+                        if log.trim().is_empty() {
+                            format!("{e:?}")
+                        } else {
+                            log.trim().to_string()
+                        }
+                    }))
+            }
+            Ok(()) => {
+                let mut size = 0usize;
+                match sys::nvrtcGetCUBINSize(prog, &mut size).result() {
+                    Err(e) => Err(format!("nvrtcGetCUBINSize: {e:?}")),
+                    Ok(()) => {
+                        let mut buf = vec![0u8; size];
+                        sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast())
+                            .result()
+                            .map(|()| buf)
+                            .map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))
+                    }
+                }
+            }
+        }
+    };
+    // SAFETY: created above, not yet destroyed.
+    let _ = unsafe { result::destroy_program(prog) };
+    out
+}
+
 const PROBE_CU: &str = r#"extern "C" __global__ void nb_probe(const double* inputs, double* partials,
     unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned f, unsigned zero)
 { partials[0] = inputs[0] * 2.0 + (double)zero; }
@@ -157,10 +209,10 @@ impl Device {
     }
 
     fn probe(&self) -> Result<(), GpuError> {
-        let ptx = self.compile(PROBE_CU, "nb_probe", &[])?;
+        let cubin = self.compile(PROBE_CU, "nb_probe", &[])?;
         let module = self
             .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .map_err(|e| self.err("cuModuleLoadData (probe)", e))?;
         let func = module
             .load_function("nb_probe")
@@ -198,52 +250,29 @@ impl Device {
         Ok(())
     }
 
-    fn compile(&self, source: &str, entry: &str, options: &[String]) -> Result<String, GpuError> {
+    /// NVRTC straight to the device's SASS (`--gpu-architecture=sm_XY`), cached: a second load
+    /// of the same kernel skips both NVRTC and the driver's PTX compile.
+    fn compile(&self, source: &str, entry: &str, options: &[String]) -> Result<Vec<u8>, GpuError> {
         let mut opts = options.to_vec();
         opts.push(format!(
-            "--gpu-architecture=compute_{}{}",
+            "--gpu-architecture=sm_{}{}",
             self.arch.0, self.arch.1
         ));
-        let key = cache::key("ptx", &self.describe(), &opts, source);
-        if let Some(b) = cache::get(&key, "ptx") {
-            if let Ok(s) = String::from_utf8(b) {
-                return Ok(s);
-            }
+        let key = cache::key("cubin", &self.describe(), &opts, source);
+        if let Some(b) = cache::get(&key, "cubin") {
+            return Ok(b);
         }
-        let co = cudarc::nvrtc::CompileOptions {
-            options: opts.clone(),
-            name: Some(format!("{entry}.cu")),
-            ..Default::default()
-        };
-        let src = source.to_string();
-        let ptx = catch(move || cudarc::nvrtc::compile_ptx_with_opts(src, co))
-            .map_err(|e| GpuError::Compile {
+        let (src, name, o) = (source.to_string(), format!("{entry}.cu"), opts.clone());
+        let cubin = catch(move || nvrtc_cubin(&src, &name, &o))
+            .and_then(|r| r)
+            .map_err(|log| GpuError::Compile {
                 compiler: "NVRTC",
                 device: self.describe(),
                 entry: entry.into(),
-                log: e,
-            })?
-            .map_err(|e| {
-                let log = match &e {
-                    cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                        let l = log.to_string_lossy();
-                        l.lines()
-                            .find(|x| x.contains("error"))
-                            .unwrap_or(l.trim())
-                            .to_string()
-                    }
-                    other => format!("{other:?}"),
-                };
-                GpuError::Compile {
-                    compiler: "NVRTC",
-                    device: self.describe(),
-                    entry: entry.into(),
-                    log,
-                }
+                log,
             })?;
-        let text = ptx.to_src();
-        cache::put(&key, "ptx", text.as_bytes());
-        Ok(text)
+        cache::put(&key, "cubin", &cubin);
+        Ok(cubin)
     }
 
     /// Compiles `source` (target `cuda`) with NVRTC (cached) and loads its entry point.
@@ -254,10 +283,10 @@ impl Device {
                 manifest.target.name()
             )));
         }
-        let ptx = self.compile(source, &manifest.entry_point, &manifest.compile_options)?;
+        let cubin = self.compile(source, &manifest.entry_point, &manifest.compile_options)?;
         let module = self
             .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .map_err(|e| self.err("cuModuleLoadData", e))?;
         let func = module
             .load_function(&manifest.entry_point)
