@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (the device tool), from the repo root, with .gpu/ from
+# Runs on the GPU machine (the device tool), from the repo root, with .gpu.tar.xz from
 # scripts/gpu/prepare.sh carried along. Writes its logs under $OUT (default /tmp/nablac-gpu).
 #
 #   1. the machine: GPU, driver, CUDA, the OpenCL and Vulkan devices nablac opens;
 #   2. draw_sqrt is sqrtf bit for bit on every float of its range (exhaustive, CUDA);
 #   3. CUDA timings of the 252-step Asian, plain vs checkpointed (cuda_host.py on the cubins:
-#      bit-identity, run vs run, median of REPS launches of PATHS paths, CUDA events);
+#      bit-identity, run vs run, median of REPS launches of PATHS paths, CUDA events), then of
+#      the other tapes in .gpu/k/more.txt (plain, registers 16 and 32, each with and without
+#      --min-blocks 4);
 #   4. the runtime test suite (compiler/tests/runtime.rs) on cuda, opencl (NVIDIA) and vulkan
-#      (NVIDIA): bit-identity, the definition, Black-Scholes, bumps, the 1M-path acceptance.
+#      (NVIDIA): bit-identity, the definition, Black-Scholes, bumps, the 1M-path acceptance;
+#      one test process a backend (most of the time is driver compiles, one thread each),
+#      logs in suite-BACKEND.txt.
 # Steps 3 and 4 can be skipped with SKIP_BENCH=1 / SKIP_SUITE=1.
 set -uo pipefail
 out=${OUT:-/tmp/nablac-gpu}
 mkdir -p "$out"
 g=.gpu
+[ -d "$g" ] || python3 -c 'import tarfile; tarfile.open(".gpu.tar.xz").extractall()'
 paths=${PATHS:-1000000}
 reps=${REPS:-5}
 export PYTHONUNBUFFERED=1
@@ -47,7 +52,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   k=$g/k
   echo "== Asian 252 f32 reverse: plain vs checkpointed, $paths paths, median of $reps"
   python3 scripts/gpu/cuda_host.py "$k/asian252_plain_f32.cu" \
-    "$k"/asian252_reg{2,4,8,16,32}_f32.cu "$k"/asian252_reg16mb{4,5,6}_f32.cu \
+    "$k"/asian252_reg{2,4,8,16,32}_f32.cu "$k"/asian252_reg16mb{4,5,6}_f32.cu "$k/asian252_default_f32.cu" \
     "$k"/asian252_scr{100,200,400}_f32.cu "$k/asian252_scr200aos_f32.cu" \
     --paths "$paths" --reps "$reps" --json "$out/asian252_f32.json" 2>&1 | tee "$out/bench.txt"
   [ "${SKIP_F64:-0}" = 1 ] || {
@@ -59,6 +64,12 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     python3 scripts/gpu/cuda_host.py "$k/asian252_price_$p.cu" --paths "$paths" --reps "$reps" 2>&1 | tee -a "$out/bench.txt"
   done
   }
+  while read -r p; do
+    echo "== $p f32 reverse: plain vs checkpointed, with and without --min-blocks 4" | tee -a "$out/bench.txt"
+    python3 scripts/gpu/cuda_host.py "$k/${p}_plain_f32.cu" "$k/${p}_plainmb4_f32.cu" \
+      "$k/${p}"_reg{16,16mb4,32,32mb4}_f32.cu "$k/${p}_default_f32.cu" \
+      --paths "$paths" --reps "$reps" --json "$out/${p}_f32.json" 2>&1 | tee -a "$out/bench.txt"
+  done < <(cat "$k/more.txt" 2>/dev/null)
 fi
 
 if [ "${SKIP_SUITE:-0}" != 1 ]; then
@@ -73,8 +84,25 @@ if [ "${SKIP_SUITE:-0}" != 1 ]; then
     fi
   done
   tail -n 24 "$out/suite.txt"
-  NABLAC_REQUIRE_CUDA=1 NABLAC_REQUIRE_TOOLS=1 NABLAC_BACKENDS=${NABLAC_BACKENDS:-$backends} \
-    NABLAC_CORPUS_DIR=$PWD/tests/in timeout "${SUITE_TIMEOUT:-420}" \
-    "$g/bin/runtime-tests" --nocapture --test-threads "${THREADS:-8}" 2>&1 | tee -a "$out/suite.txt"
-  echo "suite exit: ${PIPESTATUS[0]}" | tee -a "$out/suite.txt"
+  # One test process a backend; cuda and opencl side by side, vulkan after them on its own
+  # (beside the other two it made no progress in 400 s; alone it takes ~30 s).
+  suite() { # backend
+    local req=0; [ "$1" = cuda ] && req=1
+    NABLAC_REQUIRE_CUDA=$req NABLAC_REQUIRE_TOOLS=1 NABLAC_BACKENDS=$1 \
+      NABLAC_CORPUS_DIR=$PWD/tests/in timeout "${SUITE_TIMEOUT:-420}" \
+      "$g/bin/runtime-tests" --nocapture --test-threads "${THREADS:-8}" >"$out/suite-$1.txt" 2>&1
+    local rc=$?
+    { echo "== suite on $1: exit $rc"; grep -E '^test |asian252|test result' "$out/suite-$1.txt"; } >>"$out/suite.txt"
+    return $rc
+  }
+  status=0 pids=
+  run=${NABLAC_BACKENDS:-$backends}
+  for b in ${run//,/ }; do
+    [ "$b" = vulkan ] && continue
+    suite "$b" & pids="$pids $!"
+  done
+  for p in $pids; do wait "$p" || status=1; done
+  case ",$run," in *,vulkan,*) suite vulkan || status=1 ;; esac
+  cat "$out/suite.txt"
+  echo "suite exit: $status" | tee -a "$out/suite.txt"
 fi

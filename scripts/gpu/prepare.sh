@@ -3,17 +3,23 @@
 # toolchain, no glslang, no Vulkan loader and no network:
 #   .gpu/bin/    release nablac, the runtime test binary (compiler/tests/runtime.rs), glslangValidator
 #   .gpu/deb/    the Vulkan loader (libvulkan1) and glvnd, which the NVIDIA ICD needs, to unpack there
-#   .gpu/k/      the 252-step Asian's CUDA benchmark kernels, emitted by nablac, each with its
+#   .gpu/k/      CUDA benchmark kernels (the 252-step Asian; barrier252, asian64, asian504 for
+#                segment counts and --min-blocks), emitted by nablac, each with its
 #                manifest, its sm_90 cubin (NVRTC + ptxas here, so no device time goes to
 #                compiling) and ptxas's resource report
 # Needs scripts/install-test-deps.sh to have run (NVRTC and ptxas). Then, with the device tool:
-#   run  bash scripts/gpu/device-check.sh   carrying .gpu
+#   run  bash scripts/gpu/device-check.sh   carrying .gpu.tar.xz
+# (.gpu packed: cubins shrink ninefold under xz, and a carry holds 64 MiB; device-check.sh unpacks it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . .tools/env.sh
 g=.gpu
-# BINARIES_ONLY=1 refreshes .gpu/bin and keeps the kernels (their cubins take minutes).
-if [[ "${BINARIES_ONLY:-0}" == 1 ]]; then rm -rf "$g/bin"; else rm -rf "$g"; fi
+pack() { python3 -c 'import sys, tarfile
+with tarfile.open(sys.argv[1], "w:xz") as t:
+    t.add(sys.argv[2])' .gpu.tar.xz "$g"; }
+# BINARIES_ONLY=1 refreshes .gpu/bin and leaves the kernels alone. Kernels are re-emitted every
+# time; a cubin is rebuilt only when its source or manifest changed (their cubins take minutes).
+rm -rf "$g/bin" "$g/deb"
 mkdir -p "$g/bin" "$g/deb" "$g/k"
 
 cargo build --release --locked -p nablac
@@ -28,7 +34,7 @@ strip -o "$g/bin/runtime-tests" "$tests"
 cp "$(command -v glslangValidator)" "$g/bin/"
 # The Vulkan loader, and glvnd, which the NVIDIA ICD (libGLX_nvidia) needs to load.
 (cd "$g/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
-[[ "${BINARIES_ONLY:-0}" == 1 ]] && exit 0
+[[ "${BINARIES_ONLY:-0}" == 1 ]] && { pack; exit 0; }
 
 n=$g/bin/nablac
 $n record asian --steps 252 -o "$g/k/asian252.bin"
@@ -38,7 +44,7 @@ emit() { # name, options...
 }
 emit asian252_price_f32 --mode price
 emit asian252_plain_f32 --segments 1
-for s in 2 4 8 16 32; do emit "asian252_reg${s}_f32" --checkpoint registers --segments "$s"; done
+for s in 2 4 8 16 32; do emit "asian252_reg${s}_f32" --checkpoint registers --segments "$s" --min-blocks 0; done
 for l in 100 200 400; do emit "asian252_scr${l}_f32" --checkpoint scratch --seg-len "$l"; done
 emit asian252_scr200aos_f32 --checkpoint scratch --seg-len 200 --scratch-layout aos
 emit asian252_price_f64 --mode price --precision f64
@@ -50,19 +56,50 @@ emit asian252_reg16_f64 --checkpoint registers --segments 16 --precision f64
 for b in 4 5 6; do
   emit "asian252_reg16mb${b}_f32" --checkpoint registers --segments 16 --min-blocks "$b"
 done
+emit asian252_plainmb4_f32 --segments 1 --min-blocks 4
+emit asian252_default_f32  # what nablac chooses with no options
+# The segment count and --min-blocks on other tapes (what chose today's defaults), named
+# PRODUCT_VARIANT_f32 (device-check.sh times each product's kernels against its plain one).
+# asian64 (408 nodes) is under the node threshold, so nablac does not checkpoint it by default.
+more() { # product name, record options...
+  local p=$1; shift
+  $n record "$@" -o "$g/k/$p.bin" >/dev/null
+  local t=$g/k/$p.bin
+  $n "$t" --target cuda -o "$g/k/${p}_plain_f32.cu" --segments 1 2>/dev/null
+  $n "$t" --target cuda -o "$g/k/${p}_plainmb4_f32.cu" --segments 1 --min-blocks 4 2>/dev/null
+  $n "$t" --target cuda -o "$g/k/${p}_default_f32.cu" 2>/dev/null
+  for s in 16 32; do
+    $n "$t" --target cuda -o "$g/k/${p}_reg${s}_f32.cu" --checkpoint registers --segments "$s" --min-blocks 0 2>/dev/null
+    $n "$t" --target cuda -o "$g/k/${p}_reg${s}mb4_f32.cu" --checkpoint registers --segments "$s" --min-blocks 4 2>/dev/null
+  done
+  echo "$p" >>"$g/k/more.txt"
+}
+rm -f "$g/k/more.txt"
+more barrier252 barrier --steps 252
+more asian64 asian --steps 64
+more asian504 asian --steps 504
 
-# sm_90 cubins, two at a time (NVRTC and ptxas are single-threaded).
+# sm_90 cubins, two at a time (NVRTC and ptxas are single-threaded), each rebuilt only when
+# its source and manifest differ from what built the cubin there (kept in BASE.sha).
 cubin() {
   local cu=$1 base=${1%.cu}
-  local opts
+  local sha opts
+  sha=$(cat "$cu" "$cu.json" | sha256sum)
+  if [[ -f "$base.cubin" && "$(cat "$base.sha" 2>/dev/null)" == "$sha" ]]; then
+    echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
+    return
+  fi
+  rm -f "$base.cubin" "$base.sha"
   opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
   # shellcheck disable=SC2086
   python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts 2>"$base.nvrtc.log"
   "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
   rm -f "$base.ptx"
+  echo "$sha" >"$base.sha"
   echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
 }
 export -f cubin
 export NABLAC_NVRTC NABLAC_PTXAS
 ls "$g"/k/*.cu | xargs -P 2 -I{} bash -c 'cubin {}' | sort | tee "$g/k/ptxas-summary.txt"
-du -sh "$g"
+pack
+du -sh "$g" .gpu.tar.xz
