@@ -17,16 +17,18 @@ pub struct SegmentOptions {
     pub segments: Option<u32>,
     /// Register strategy: checkpoint automatically once the tape has at least this many nodes.
     pub ckpt_nodes: u32,
-    /// Scratch strategy: the segment length, in nodes, that chooses S = ceil(n / seg_len).
+    /// The segment length, in nodes, that chooses S = ceil(n / seg_len) when `segments` does not
+    /// (either strategy; register recompute only once the tape has `ckpt_nodes` nodes).
     pub seg_len: Option<u32>,
 }
 
-/// Register recompute's default segment count.
-pub const DEFAULT_SEGMENTS: u32 = 16;
-/// Register recompute switches itself on at this many nodes.
+/// Register recompute switches itself on at this many nodes (on the H200 the 408-node 64-step
+/// Asian ran 1.8x slower checkpointed than plain; BENCHMARKS.md, 2026-12-03).
 pub const DEFAULT_CKPT_NODES: u32 = 768;
-/// Scratch strategy's default segment length, measured on the H200 (BENCHMARKS.md, 2026-12-03):
-/// for the 252-step Asian, 100-node segments ran in 3.62 ms, 200 in 5.34 and 400 in 5.41.
+/// The default segment length of both strategies, measured on the H200 (BENCHMARKS.md,
+/// 2026-12-03): scratch on the 252-step Asian, 100-node segments 3.62 ms, 200 5.34, 400 5.41;
+/// register recompute at ~100 nodes a segment (16 for the 1,536-node Asian, 32 for the
+/// 3,051-node barrier and the 3,048-node 504-step Asian) beat ~190 nodes by 1.45x, 1.6x, 1.5x.
 pub const DEFAULT_SEG_LEN: u32 = 100;
 
 impl Default for SegmentOptions {

@@ -19,7 +19,7 @@ pub struct ExplainArgs {
     /// Register recompute switches itself on for tapes of at least N nodes.
     #[arg(long, value_name = "N", default_value_t = nablac::plan::DEFAULT_CKPT_NODES)]
     ckpt_nodes: u32,
-    /// Scratch strategy: nodes per segment.
+    /// Nodes per segment when --segments does not say (both strategies) [default: 100].
     #[arg(long, value_name = "N")]
     seg_len: Option<u32>,
     /// Print JSON: nodes, active, segments, cuts, crossing, persistent, max_live_plain,

@@ -10,9 +10,9 @@
 //! - **Crossing.** A value v crosses cut c (a position in 1..n-1, the first node of a segment) when
 //!   `v < c <= last_read(v)`. Draws and inputs count like any other value.
 //! - **Segment count S.** `Checkpoint::Off`, `segments == Some(0 | 1)` → 1. `Some(k > 1)` → k.
-//!   Otherwise register recompute uses [`DEFAULT_SEGMENTS`](crate::plan::DEFAULT_SEGMENTS) once the
-//!   tape has at least `ckpt_nodes` nodes (else 1), and scratch uses ceil(n / seg_len) (seg_len
-//!   defaults to [`DEFAULT_SEG_LEN`](crate::plan::DEFAULT_SEG_LEN); 0 is read as 1). S is then
+//!   Otherwise S = ceil(n / seg_len) (seg_len defaults to
+//!   [`DEFAULT_SEG_LEN`](crate::plan::DEFAULT_SEG_LEN); 0 is read as 1), for register recompute
+//!   only once the tape has at least `ckpt_nodes` nodes (else 1). S is then
 //!   reduced to n when S > n (every segment keeps at least one node); a tape of 0 or 1 nodes has
 //!   one segment.
 //! - **Cuts.** Cut s (1..S-1) aims at floor(s·n/S) and searches the window ±max(1, n/(4S)),
@@ -34,8 +34,7 @@
 
 use super::adjoint_reads;
 use crate::plan::{
-    Activity, Checkpoint, Liveness, Segment, SegmentOptions, SegmentPlan, DEFAULT_SEGMENTS,
-    DEFAULT_SEG_LEN,
+    Activity, Checkpoint, Liveness, Segment, SegmentOptions, SegmentPlan, DEFAULT_SEG_LEN,
 };
 use crate::tape::{Node, NodeId, Tape};
 use std::collections::BTreeSet;
@@ -93,21 +92,13 @@ pub fn segment_count(n: usize, opts: &SegmentOptions) -> u32 {
     let wanted = if opts.strategy == Checkpoint::Off {
         1
     } else {
+        let by_length = || n32.div_ceil(opts.seg_len.unwrap_or(DEFAULT_SEG_LEN).max(1));
         match opts.segments {
             Some(k) => k.max(1),
             None => match opts.strategy {
                 Checkpoint::Off => 1,
-                Checkpoint::Registers => {
-                    if n32 >= opts.ckpt_nodes {
-                        DEFAULT_SEGMENTS
-                    } else {
-                        1
-                    }
-                }
-                Checkpoint::Scratch => {
-                    let len = opts.seg_len.unwrap_or(DEFAULT_SEG_LEN).max(1);
-                    n32.div_ceil(len)
-                }
+                Checkpoint::Registers if n32 < opts.ckpt_nodes => 1,
+                Checkpoint::Registers | Checkpoint::Scratch => by_length(),
             },
         }
     };
@@ -351,9 +342,16 @@ mod tests {
             16
         );
         assert_eq!(segment_count(767, &o(Checkpoint::Registers, None, None)), 1);
+        // Register recompute, once on, also cuts ~100-node segments: 8 at the threshold, 31
+        // for the 3,051-node barrier, and --seg-len moves it as it does for scratch.
+        assert_eq!(segment_count(768, &o(Checkpoint::Registers, None, None)), 8);
         assert_eq!(
-            segment_count(768, &o(Checkpoint::Registers, None, None)),
-            16
+            segment_count(3051, &o(Checkpoint::Registers, None, None)),
+            31
+        );
+        assert_eq!(
+            segment_count(1536, &o(Checkpoint::Registers, None, Some(50))),
+            31
         );
         assert_eq!(
             segment_count(10, &o(Checkpoint::Registers, Some(32), None)),
