@@ -466,6 +466,16 @@ impl<'a> Body<'a> {
     }
 
     /// Which draw kinds the body calls (the skeleton defines only those: GLSL has no f64 `log`).
+    /// The kernel calls `opq`: it is checkpointed, or the dialect wraps exp arguments and some
+    /// live node is an exp.
+    pub fn uses_opaque(&self) -> bool {
+        self.checkpointed()
+            || (self.d.opaque_exp_argument
+                && self.tape.ids().any(|v| {
+                    self.live(v) && matches!(self.tape.node(v), Node::Unary(UnaryOp::Exp, _))
+                }))
+    }
+
     pub fn draws_used(&self) -> (bool, bool) {
         let mut normal = false;
         let mut uniform = false;

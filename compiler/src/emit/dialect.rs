@@ -34,6 +34,13 @@ pub struct Dialect {
     /// gets that from `--fmad=false`, OpenCL from `FP_CONTRACT OFF`; GLSL needs `precise`
     /// (SPIR-V NoContraction), as lavapipe showed on the basket.
     pub precise: &'static str,
+    /// Pass every `exp` argument through the opaque identity. NVIDIA's Vulkan compiler gave the
+    /// barrier (its exp of a product of min/max selects) different bits in the plain and the
+    /// 2-segment kernel, `precise` and all; with `exp(opq(x, zero))` in both, the same bits (so
+    /// it folds or specialises what feeds exp by what it can see of it; measured on the H200,
+    /// BENCHMARKS.md, 2026-12-03). Dividing through add/multiply-only code did not help, so `/`
+    /// stays. CUDA and OpenCL gave equal bits without it.
+    pub opaque_exp_argument: bool,
 }
 
 /// CUDA C++ as NVRTC compiles it: no `#include`, `extern "C" __global__` entry point.
@@ -48,6 +55,7 @@ pub const CUDA: Dialect = Dialect {
     f32_suffix: "f",
     f64_suffix: "",
     precise: "",
+    opaque_exp_argument: false,
 };
 
 /// OpenCL C 1.2 (PoCL, NVIDIA): `cl_khr_fp64` is always enabled, the partial sums are f64.
@@ -62,6 +70,7 @@ pub const OPENCL: Dialect = Dialect {
     f32_suffix: "f",
     f64_suffix: "",
     precise: "",
+    opaque_exp_argument: false,
 };
 
 /// GLSL 450 for Vulkan 1.1+: scalars in the push-constant block `pc`, no 64-bit integers.
@@ -76,6 +85,7 @@ pub const GLSL: Dialect = Dialect {
     f32_suffix: "",
     f64_suffix: "lf",
     precise: "precise ",
+    opaque_exp_argument: true,
 };
 
 /// A math function the kernels call.
@@ -243,6 +253,9 @@ pub fn binary_op(op: BinaryOp, a: &str, b: &str) -> String {
 pub fn unary_op(d: &Dialect, p: Precision, op: UnaryOp, a: &str) -> String {
     match op {
         UnaryOp::Neg => format!("-{a}"),
+        UnaryOp::Exp if d.opaque_exp_argument => {
+            format!("{}(opq({a}, {}zero))", d.math(MathFn::Exp, p), d.param)
+        }
         UnaryOp::Exp => format!("{}({a})", d.math(MathFn::Exp, p)),
         UnaryOp::Log => format!("{}({a})", d.math(MathFn::Log, p)),
         UnaryOp::Sqrt => format!("{}({a})", d.math(MathFn::Sqrt, p)),

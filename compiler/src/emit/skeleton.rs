@@ -135,7 +135,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         partial_index,
         dzero: d.literal(0.0, Precision::F64),
         scratch: body.scratch.is_some(),
-        opaque: body.checkpointed(),
+        opaque: body.uses_opaque(),
         draws: normal || uniform,
         normal,
         uniform,

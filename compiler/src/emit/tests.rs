@@ -846,6 +846,27 @@ fn opaque_identity_per_dialect() {
     assert!(src.contains("= opq(v"));
 }
 
+/// GLSL passes every exp argument through `opq`, plain kernels too (NVIDIA's Vulkan compiler
+/// otherwise rounded the barrier's exps differently plain and checkpointed); CUDA and OpenCL
+/// call exp on the value itself.
+#[test]
+fn glsl_exp_arguments_are_opaque() {
+    let tape = european(); // two exps, one draw, never checkpointed
+    for (target, want) in [
+        (Target::Glsl, "exp(opq(v14, pc.zero))"),
+        (Target::Cuda, "expf(v14)"),
+        (Target::Opencl, "exp(v14)"),
+    ] {
+        for mode in [Mode::Price, Mode::Reverse] {
+            let src = emit(&tape, &plain_plan(&tape), &opts(target, mode))
+                .unwrap()
+                .source;
+            assert!(src.contains(want), "{target:?} {mode:?}");
+            assert_eq!(src.contains(" opq("), target == Target::Glsl, "{target:?}");
+        }
+    }
+}
+
 #[test]
 fn annotations_name_the_tape_node() {
     let tape = european();
