@@ -117,7 +117,7 @@ pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileEr
             "it keeps values in registers (the scratch buffer is for cuda and opencl)",
         );
     }
-    if opts.min_blocks.is_some() && opts.target == Target::Cpu {
+    if matches!(opts.min_blocks, Some(n) if n > 0) && opts.target == Target::Cpu {
         // (The emitter refuses it for OpenCL and GLSL.)
         return refuse("--min-blocks", "it has no launch bounds (they are CUDA's)");
     }
@@ -206,6 +206,12 @@ mod tests {
             compile(&t, &o),
             Err(CompileError::Emit(EmitError::Unsupported { .. }))
         ));
+        // 0 asks for no hint, which every target honours.
+        for target in [Target::Cpu, Target::Cuda, Target::Opencl, Target::Glsl] {
+            let mut o = CompileOptions::new(target);
+            o.min_blocks = Some(0);
+            assert!(compile(&t, &o).is_ok(), "{target:?}");
+        }
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! returns "CUDA driver (libcuda.so) not found" (or the NVRTC equivalent) instead of panicking.
 //! [`Device::load`] compiles with NVRTC using the manifest's `compile_options` (e.g.
 //! `--fmad=false`) plus `--gpu-architecture=sm_XY` of the device, straight to a cubin, cached
-//! (`gpu::cache`) on (source, device name + capability, options): a second load compiles nothing. [`Device::run_range`] returns
-//! one `PartialSums` per manifest sum, as the Vulkan backend does.
+//! (`gpu::cache`) on (source, device name + capability, options): a second load compiles
+//! nothing. [`Device::run_range`] returns one `PartialSums` per manifest sum, as the Vulkan
+//! backend does.
 
 use crate::gpu::{self, cache, GpuError};
 use crate::manifest::{Checkpoint, Manifest, Precision, Target};
@@ -136,8 +137,8 @@ fn catch<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String>
     })
 }
 
-/// One NVRTC compile to a cubin; on failure, the log's first line that says "error" (or the
-/// whole log, or NVRTC's status).
+/// One NVRTC compile to a cubin; on failure, the log's line that names the error
+/// (`gpu::log_line`, or NVRTC's status).
 fn nvrtc_cubin(source: &str, name: &str, options: &[String]) -> Result<Vec<u8>, String> {
     use cudarc::nvrtc::{result, sys};
     use std::ffi::CString;
@@ -156,17 +157,7 @@ fn nvrtc_cubin(source: &str, name: &str, options: &[String]) -> Result<Vec<u8>, 
                         String::from_utf8_lossy(&bytes).into_owned()
                     })
                     .unwrap_or_default();
-                Err(log
-                    .lines()
-                    .find(|x| x.contains("error"))
-                    .map(str::to_string)
-                    .unwrap_or_else(|| {
-                        if log.trim().is_empty() {
-                            format!("{e:?}")
-                        } else {
-                            log.trim().to_string()
-                        }
-                    }))
+                Err(gpu::log_line(&log, || format!("{e:?}")))
             }
             Ok(()) => {
                 let mut size = 0usize;

@@ -47,6 +47,17 @@ pub enum GpuError {
     Report(#[from] ReportError),
 }
 
+/// The line of a compiler's log that a `GpuError::Compile` quotes: the first that says "error"
+/// (any case: NVRTC and OpenCL write `error`, glslang `ERROR`), else the whole log trimmed, else
+/// `otherwise()` (an empty log).
+pub fn log_line(log: &str, otherwise: impl FnOnce() -> String) -> String {
+    match log.lines().find(|l| l.to_ascii_lowercase().contains("error")) {
+        Some(l) => l.to_string(),
+        None if !log.trim().is_empty() => log.trim().to_string(),
+        None => otherwise(),
+    }
+}
+
 /// One dispatch: `groups` workgroups starting at path `base`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Dispatch {
@@ -260,6 +271,18 @@ pub mod cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_line_quotes_the_error() {
+        let none = || "status 6".to_string();
+        assert_eq!(
+            log_line("k.cu(3): warning: x\nk.cu(4): error: y\n", none),
+            "k.cu(4): error: y"
+        );
+        assert_eq!(log_line("ERROR: 0:7: 'z' : undeclared\n", none), "ERROR: 0:7: 'z' : undeclared");
+        assert_eq!(log_line("  only a note \n", none), "only a note");
+        assert_eq!(log_line(" \n", none), "status 6");
+    }
 
     #[test]
     fn dispatches_tile_the_range() {

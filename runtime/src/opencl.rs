@@ -257,16 +257,9 @@ impl Device {
                     .map_err(|e| self.err("clCreateProgramWithSource", e))?;
                 if let Err(e) = p.build(&[self.device.id()], options) {
                     let log = p.get_build_log(self.device.id()).unwrap_or_default();
-                    let line = log
-                        .lines()
-                        .find(|l| l.contains("error"))
-                        .unwrap_or(log.trim())
-                        .to_string();
-                    return Err(compile_err(if line.is_empty() {
+                    return Err(compile_err(gpu::log_line(&log, || {
                         format!("clBuildProgram: {e}")
-                    } else {
-                        line
-                    }));
+                    })));
                 }
                 if let Some(bin) = p.get_binaries().ok().and_then(|b| b.into_iter().next()) {
                     if !bin.is_empty() {

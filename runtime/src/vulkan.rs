@@ -733,16 +733,11 @@ fn run_glslang(tool: &str, source: &str, entry: &str, device: &str) -> Result<Ve
         if !run.status.success() {
             let text = String::from_utf8_lossy(&run.stdout).into_owned()
                 + &String::from_utf8_lossy(&run.stderr);
-            let line = text
-                .lines()
-                .find(|l| l.contains("ERROR"))
-                .unwrap_or(text.trim())
-                .to_string();
             return Err(GpuError::Compile {
                 compiler: "glslang",
                 device: device.into(),
                 entry: entry.into(),
-                log: line,
+                log: gpu::log_line(&text, || format!("exit status {}", run.status)),
             });
         }
         std::fs::read(&out)

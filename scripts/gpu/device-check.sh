@@ -83,7 +83,6 @@ if [ "${SKIP_SUITE:-0}" != 1 ]; then
       echo "the $b backend does not open here: left out of the suite" | tee -a "$out/suite.txt"
     fi
   done
-  tail -n 24 "$out/suite.txt"
   # One test process a backend; cuda and opencl side by side, vulkan after them on its own
   # (beside the other two it made no progress in 400 s; alone it takes ~30 s).
   suite() { # backend

@@ -37,42 +37,39 @@ cp "$(command -v glslangValidator)" "$g/bin/"
 [[ "${BINARIES_ONLY:-0}" == 1 ]] && { pack; exit 0; }
 
 n=$g/bin/nablac
-$n record asian --steps 252 -o "$g/k/asian252.bin"
-emit() { # name, options...
-  local name=$1; shift
-  $n "$g/k/asian252.bin" --target cuda -o "$g/k/$name.cu" "$@" 2>/dev/null
+emit() { # tape (recorded as .gpu/k/TAPE.bin), variant, compile options: .gpu/k/TAPE_VARIANT.cu
+  local t=$1 v=$2; shift 2
+  $n "$g/k/$t.bin" --target cuda -o "$g/k/${t}_$v.cu" "$@" 2>/dev/null
 }
-emit asian252_price_f32 --mode price
-emit asian252_plain_f32 --segments 1
-for s in 2 4 8 16 32; do emit "asian252_reg${s}_f32" --checkpoint registers --segments "$s" --min-blocks 0; done
-for l in 100 200 400; do emit "asian252_scr${l}_f32" --checkpoint scratch --seg-len "$l"; done
-emit asian252_scr200aos_f32 --checkpoint scratch --seg-len 200 --scratch-layout aos
-emit asian252_price_f64 --mode price --precision f64
-emit asian252_plain_f64 --segments 1 --precision f64
-emit asian252_reg16_f64 --checkpoint registers --segments 16 --precision f64
+$n record asian --steps 252 -o "$g/k/asian252.bin"
+emit asian252 price_f32 --mode price
+emit asian252 plain_f32 --segments 1
+for s in 2 4 8 16 32; do emit asian252 "reg${s}_f32" --checkpoint registers --segments "$s" --min-blocks 0; done
+for l in 100 200 400; do emit asian252 "scr${l}_f32" --checkpoint scratch --seg-len "$l"; done
+emit asian252 scr200aos_f32 --checkpoint scratch --seg-len 200 --scratch-layout aos
+emit asian252 price_f64 --mode price --precision f64
+emit asian252 plain_f64 --segments 1 --precision f64
+emit asian252 reg16_f64 --checkpoint registers --segments 16 --precision f64
 # The 16-segment kernel again, asking for B resident blocks of 128 threads per SM
 # (--min-blocks B: __launch_bounds__(128, B), at most 65536 / (128 B) registers, 128 / 102 / 85
 # for B = 4 / 5 / 6; -maxrregcount does nothing where launch bounds are given).
-for b in 4 5 6; do
-  emit "asian252_reg16mb${b}_f32" --checkpoint registers --segments 16 --min-blocks "$b"
-done
-emit asian252_plainmb4_f32 --segments 1 --min-blocks 4
-emit asian252_default_f32  # what nablac chooses with no options
-# The segment count and --min-blocks on other tapes (what chose today's defaults), named
-# PRODUCT_VARIANT_f32 (device-check.sh times each product's kernels against its plain one).
-# asian64 (408 nodes) is under the node threshold, so nablac does not checkpoint it by default.
-more() { # product name, record options...
-  local p=$1; shift
-  $n record "$@" -o "$g/k/$p.bin" >/dev/null
-  local t=$g/k/$p.bin
-  $n "$t" --target cuda -o "$g/k/${p}_plain_f32.cu" --segments 1 2>/dev/null
-  $n "$t" --target cuda -o "$g/k/${p}_plainmb4_f32.cu" --segments 1 --min-blocks 4 2>/dev/null
-  $n "$t" --target cuda -o "$g/k/${p}_default_f32.cu" 2>/dev/null
+for b in 4 5 6; do emit asian252 "reg16mb${b}_f32" --checkpoint registers --segments 16 --min-blocks "$b"; done
+emit asian252 plainmb4_f32 --segments 1 --min-blocks 4
+emit asian252 default_f32  # what nablac chooses with no options
+# The segment count and --min-blocks on other tapes (what chose today's defaults); device-check.sh
+# times each tape's kernels against its plain one. asian64 (408 nodes) is under the node
+# threshold, so nablac does not checkpoint it by default.
+more() { # tape, record arguments...
+  local t=$1; shift
+  $n record "$@" -o "$g/k/$t.bin" >/dev/null
+  emit "$t" plain_f32 --segments 1
+  emit "$t" plainmb4_f32 --segments 1 --min-blocks 4
+  emit "$t" default_f32
   for s in 16 32; do
-    $n "$t" --target cuda -o "$g/k/${p}_reg${s}_f32.cu" --checkpoint registers --segments "$s" --min-blocks 0 2>/dev/null
-    $n "$t" --target cuda -o "$g/k/${p}_reg${s}mb4_f32.cu" --checkpoint registers --segments "$s" --min-blocks 4 2>/dev/null
+    emit "$t" "reg${s}_f32" --checkpoint registers --segments "$s" --min-blocks 0
+    emit "$t" "reg${s}mb4_f32" --checkpoint registers --segments "$s" --min-blocks 4
   done
-  echo "$p" >>"$g/k/more.txt"
+  echo "$t" >>"$g/k/more.txt"
 }
 rm -f "$g/k/more.txt"
 more barrier252 barrier --steps 252
@@ -85,17 +82,15 @@ cubin() {
   local cu=$1 base=${1%.cu}
   local sha opts
   sha=$(cat "$cu" "$cu.json" | sha256sum)
-  if [[ -f "$base.cubin" && "$(cat "$base.sha" 2>/dev/null)" == "$sha" ]]; then
-    echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
-    return
+  if ! [[ -f "$base.cubin" && "$(cat "$base.sha" 2>/dev/null)" == "$sha" ]]; then
+    rm -f "$base.cubin" "$base.sha"
+    opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
+    # shellcheck disable=SC2086
+    python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts 2>"$base.nvrtc.log"
+    "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
+    rm -f "$base.ptx"
+    echo "$sha" >"$base.sha"
   fi
-  rm -f "$base.cubin" "$base.sha"
-  opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
-  # shellcheck disable=SC2086
-  python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts 2>"$base.nvrtc.log"
-  "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
-  rm -f "$base.ptx"
-  echo "$sha" >"$base.sha"
   echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
 }
 export -f cubin
