@@ -19,7 +19,8 @@
 //!
 //! The kernel does no reduction: the host sums each column in the fixed tree order of
 //! [`crate::report`]. The only functions a kernel may import are the host libm's, named in
-//! [`LIBM`] per precision, each with signature `(T) -> T`: the functions Rust's `f64::exp`,
+//! [`LIBM`] per precision, with signatures `(T, ..., T) -> T` of the table's arity: for `exp`,
+//! `log` and `cos` the functions Rust's `f64::exp`,
 //! `f64::ln`, `f64::cos` (and the f32 ones) call, so JIT results match Rust references bit for bit.
 //! Adding a function is one line in [`LIBM`] (and its address in the runtime's symbol table).
 
@@ -32,12 +33,13 @@ pub const TEXT_CALL_CONV: &str = "system_v";
 /// The entry point's parameters, in order; each is one `i64` in the text (a pointer or a `u64`).
 pub const ENTRY_PARAMS: &[&str] = &["inputs", "seed", "first_path", "count", "out"];
 
-/// One libm function a kernel may import: its symbol in f64 (the C name, e.g. `exp`) and in f32
-/// (e.g. `expf`).
+/// One libm function a kernel may import: its symbol in f64 (the C name, e.g. `exp`), in f32
+/// (e.g. `expf`), and its number of arguments (the signature is `(T, ..., T) -> T`).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Libm {
     pub f64: &'static str,
     pub f32: &'static str,
+    pub arity: usize,
 }
 
 impl Libm {
@@ -51,19 +53,11 @@ impl Libm {
 }
 
 /// Every libm function a CPU kernel may import: the one table the compiler and the runtime read.
+#[rustfmt::skip]
 pub const LIBM: &[Libm] = &[
-    Libm {
-        f64: "exp",
-        f32: "expf",
-    },
-    Libm {
-        f64: "log",
-        f32: "logf",
-    },
-    Libm {
-        f64: "cos",
-        f32: "cosf",
-    },
+    Libm { f64: "exp", f32: "expf", arity: 1 },
+    Libm { f64: "log", f32: "logf", arity: 1 },
+    Libm { f64: "cos", f32: "cosf", arity: 1 },
 ];
 
 /// The symbol of libm function `f64_name` (its C name in f64, e.g. `"exp"`) for `precision`;
@@ -74,9 +68,10 @@ pub fn libm_name(f64_name: &str, precision: Precision) -> Option<&'static str> {
         .map(|f| f.name(precision))
 }
 
-/// The symbols a kernel of `precision` may import, in [`LIBM`] order.
-pub fn libm_names(precision: Precision) -> impl Iterator<Item = &'static str> {
-    LIBM.iter().map(move |f| f.name(precision))
+/// The symbols a kernel of `precision` may import with their numbers of arguments, in [`LIBM`]
+/// order.
+pub fn libm_names(precision: Precision) -> impl Iterator<Item = (&'static str, usize)> {
+    LIBM.iter().map(move |f| (f.name(precision), f.arity))
 }
 
 #[cfg(test)]
@@ -88,7 +83,7 @@ mod tests {
         assert_eq!(libm_name("exp", Precision::F32), Some("expf"));
         assert_eq!(libm_name("cos", Precision::F64), Some("cos"));
         assert_eq!(libm_name("expf", Precision::F64), None);
-        let f32: Vec<_> = libm_names(Precision::F32).collect();
+        let f32: Vec<_> = libm_names(Precision::F32).map(|(name, _)| name).collect();
         assert_eq!(f32, ["expf", "logf", "cosf"]);
         // Names are unique across both precisions, so a symbol says its precision.
         let mut all: Vec<_> = LIBM.iter().flat_map(|f| [f.f64, f.f32]).collect();

@@ -18,7 +18,7 @@
 //! # Trust
 //!
 //! Before anything runs, the function is checked: the entry signature is the ABI's, the imports
-//! are only the libm functions of its precision with `(T) -> T` signatures, no global values are
+//! are only the libm functions of its precision with their `(T, ..., T) -> T` signatures, no global values are
 //! referenced, and Cranelift's verifier accepts the IR. A kernel is still trusted code (it reads
 //! and writes through the pointers it is given): load only what nablac emitted.
 
@@ -194,10 +194,13 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
             "the kernel references global values; CPU kernels may not",
         ));
     }
-    let allowed: Vec<&str> = libm_names(manifest.precision).collect();
-    let mut unary = Signature::new(TEXT_CALL_CONV);
-    unary.params.push(AbiParam::new(ty));
-    unary.returns.push(AbiParam::new(ty));
+    let allowed: Vec<(&str, usize)> = libm_names(manifest.precision).collect();
+    let libm_signature = |arity: usize| {
+        let mut sig = Signature::new(TEXT_CALL_CONV);
+        sig.params = vec![AbiParam::new(ty); arity];
+        sig.returns.push(AbiParam::new(ty));
+        sig
+    };
 
     let mut flags = settings::builder();
     let set = |f: &mut settings::Builder, k: &str, v: &str| {
@@ -231,16 +234,18 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
                 )))
             }
         };
-        if !allowed.contains(&name.as_str()) {
-            return Err(bad(format!("import %{name} is not one of {allowed:?}")));
-        }
-        if func.dfg.signatures[data.signature] != unary {
+        let Some(&(_, arity)) = allowed.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = allowed.iter().map(|(n, _)| *n).collect();
+            return Err(bad(format!("import %{name} is not one of {names:?}")));
+        };
+        let wanted = libm_signature(arity);
+        if func.dfg.signatures[data.signature] != wanted {
             return Err(bad(format!(
                 "import %{name} has signature {}",
                 func.dfg.signatures[data.signature]
             )));
         }
-        let mut sig = unary.clone();
+        let mut sig = wanted;
         sig.call_conv = cc;
         let id = module
             .declare_function(&name, Linkage::Import, &sig)

@@ -4,7 +4,7 @@
 //! (target `cpu`). The runtime (`nablac_runtime::cpu::load`) parses the text with
 //! `cranelift-reader` and JIT-compiles it: a CPU kernel loads from source + manifest, with no tape.
 //!
-//! # ABI (manifest version 1; the runtime's `cpu` module owns it)
+//! # ABI (manifest version 1; `nablac_abi::cpu` owns it)
 //!
 //! One function, named by `manifest.entry_point` (`nablac_cpu_<mode>_<precision>`), in the host's C
 //! calling convention (the text says `system_v`; the loader rewrites every signature to the
@@ -39,6 +39,7 @@
 //! checkpointed plans give the same function text and the same bits; the manifest says
 //! `segments: 1`, `checkpoint: off`.
 
+mod abi;
 mod lower;
 #[cfg(test)]
 mod tests;
