@@ -171,16 +171,6 @@ fn params(opts: &Options, tape: &Tape, row: usize) -> Vec<Param> {
 /// The manifest of the CPU kernel for `tape` under `opts` (every field filled; see the ABI above).
 pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
     let sums = sums(tape, opts.mode);
-    let mut persistent: Vec<u32> = tape
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| matches!(n, Node::Input(_)))
-        .map(|(i, _)| i as u32)
-        .chain(tape.outputs.iter().map(|o| o.node.0))
-        .collect();
-    persistent.sort_unstable();
-    persistent.dedup();
     Manifest {
         manifest_version: MANIFEST_VERSION,
         nablac_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -196,7 +186,7 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
         workgroup_size: 1,
         segments: 1,
         checkpoint: Checkpoint::Off,
-        persistent: persistent.len() as u32,
+        persistent: 0,
         scratch_slots_per_path: 0,
         scratch_layout: String::new(),
         draws: tape.n_draws,

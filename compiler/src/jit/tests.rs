@@ -608,7 +608,7 @@ fn emission_is_deterministic_and_self_describing() {
     assert_eq!(m.params[0].ty, "ptr<f64>");
     assert_eq!(
         (m.segments, m.checkpoint, m.draws, m.persistent),
-        (1, Checkpoint::Off, 4, 6)
+        (1, Checkpoint::Off, 4, 0)
     );
     assert_eq!(m.tape_hash.len(), 64);
     assert_eq!(m.tape_hash, crate::format::content_hash(&tape));
