@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "error: cargo not found: install Rust (rustup.rs) first" >&2; exit 1; }
-cargo build --release --locked -p nablac
+cargo build --release --locked -p nablac-cli
 nablac=target/release/nablac
 mkdir -p out
 $nablac record asian --steps 252 -o out/asian252.bin

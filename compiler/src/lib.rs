@@ -16,8 +16,9 @@ pub mod format;
 pub mod jit;
 pub mod passes;
 pub mod plan;
-/// The draws and the fixed-order sums are the runtime's contracts, shared with every backend.
-pub use nablac_runtime::{philox, report};
+/// The draws and the fixed-order sums are the kernel ABI's contracts (crate `nablac-abi`), shared
+/// with the runtime and every backend.
+pub use nablac_abi::{philox, report};
 pub mod products;
 pub mod record;
 pub mod reference;

@@ -7,7 +7,7 @@ use crate::tape::NodeId;
 use std::ops::Range;
 
 /// How the reverse sweep gets forward values back (a manifest field, so the runtime owns the type).
-pub use nablac_runtime::manifest::Checkpoint;
+pub use nablac_abi::manifest::Checkpoint;
 
 /// The knobs of segmentation (`--segments`, `--ckpt-nodes`, `--seg-len`, `--checkpoint`).
 #[derive(Clone, PartialEq, Eq, Debug)]

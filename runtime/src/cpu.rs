@@ -3,31 +3,22 @@
 //!
 //! # ABI (manifest version 1)
 //!
-//! One function, named by `manifest.entry_point`, written with the `system_v` calling convention
-//! ([`TEXT_CALL_CONV`]); [`load`] rewrites every signature to the host's C convention, so the text
-//! does not depend on the host:
+//! The ABI is written down once, as data, in `nablac_abi::cpu` (the entry point's parameters, the
+//! text's calling convention [`TEXT_CALL_CONV`], the libm functions a kernel may import,
+//! [`LIBM`]); the compiler's lowering builds its signatures from the same data. In short:
 //!
 //! ```text
 //! fn(inputs: *const T, seed: u64, first_path: u64, count: u64, out: *mut f64)
 //! ```
 //!
-//! - `inputs`: one `T` (f32 or f64, the manifest's precision) per input, in `manifest.inputs` order.
-//! - `seed`: the Philox key `(seed mod 2^32, seed div 2^32)`.
-//! - paths `first_path .. first_path + count` run in order, by their global index (so draws do not
-//!   depend on how a run is split); `count = 0` writes nothing.
-//! - `out`: `count` rows of `manifest.sums.len()` f64; row `j` holds path `first_path + j`'s leaves
-//!   in `manifest.sums` order: per output `value`, `value_sq` (`value * value` in f64), then in
-//!   reverse mode `greek:<input>` per input.
-//!
-//! The kernel does no reduction: the host sums each column in the fixed tree order of
-//! [`crate::report`]. The only functions a kernel may import are the host libm's `exp`, `log`,
-//! `cos` (f64) or `expf`, `logf`, `cosf` (f32) ([`libm_names`]), the functions Rust's `f64::exp`,
-//! `f64::ln`, `f64::cos` (and the f32 ones) call, so JIT results match Rust references bit for bit.
+//! one row of `manifest.sums.len()` f64 leaves per path, in `manifest.sums` order, no reduction:
+//! the host sums each column in the fixed tree order of [`crate::report`]. [`load`] rewrites every
+//! signature to the host's C convention, so the text does not depend on the host.
 //!
 //! # Trust
 //!
 //! Before anything runs, the function is checked: the entry signature is the ABI's, the imports
-//! are only the libm functions of its precision with `(T) -> T` signatures, no global values are
+//! are only the libm functions of its precision with their `(T, ..., T) -> T` signatures, no global values are
 //! referenced, and Cranelift's verifier accepts the IR. A kernel is still trusted code (it reads
 //! and writes through the pointers it is given): load only what nablac emitted.
 
@@ -39,21 +30,16 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 
-/// The calling convention CLIF text is written in (rewritten to the host's by [`load`]).
+pub use nablac_abi::cpu::{libm_name, libm_names, Libm, ENTRY_PARAMS, LIBM};
+
+/// The calling convention CLIF text is written in (`nablac_abi::cpu::TEXT_CALL_CONV`; rewritten
+/// to the host's by [`load`]).
 pub const TEXT_CALL_CONV: CallConv = CallConv::SystemV;
 
-/// The libm functions a kernel of `precision` may import, in the order `exp`, `log`, `cos`.
-pub fn libm_names(precision: Precision) -> [&'static str; 3] {
-    match precision {
-        Precision::F64 => ["exp", "log", "cos"],
-        Precision::F32 => ["expf", "logf", "cosf"],
-    }
-}
-
-/// The entry point's signature in the text: five `i64` parameters, no results.
+/// The entry point's signature in the text: one `i64` per `ENTRY_PARAMS` entry, no results.
 pub fn entry_signature() -> Signature {
     let mut abi = Signature::new(TEXT_CALL_CONV);
-    abi.params = vec![AbiParam::new(types::I64); 5];
+    abi.params = vec![AbiParam::new(types::I64); ENTRY_PARAMS.len()];
     abi
 }
 
@@ -111,7 +97,8 @@ mod libm {
 }
 
 /// The host's libm functions a kernel may import, by symbol name (the ones Rust's `f64::exp`,
-/// `f64::ln`, `f64::cos` and their f32 twins call, so JIT draws equal `crate::philox` bit for bit).
+/// `f64::ln`, `f64::cos` and their f32 twins call, so JIT draws equal `crate::philox` bit for bit):
+/// the address of every symbol in [`LIBM`] (a test checks that none is missing).
 pub fn libm_symbols() -> [(&'static str, *const u8); 6] {
     [
         (
@@ -207,10 +194,13 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
             "the kernel references global values; CPU kernels may not",
         ));
     }
-    let allowed = libm_names(manifest.precision);
-    let mut unary = Signature::new(TEXT_CALL_CONV);
-    unary.params.push(AbiParam::new(ty));
-    unary.returns.push(AbiParam::new(ty));
+    let allowed: Vec<(&str, usize)> = libm_names(manifest.precision).collect();
+    let libm_signature = |arity: usize| {
+        let mut sig = Signature::new(TEXT_CALL_CONV);
+        sig.params = vec![AbiParam::new(ty); arity];
+        sig.returns.push(AbiParam::new(ty));
+        sig
+    };
 
     let mut flags = settings::builder();
     let set = |f: &mut settings::Builder, k: &str, v: &str| {
@@ -244,16 +234,18 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
                 )))
             }
         };
-        if !allowed.contains(&name.as_str()) {
-            return Err(bad(format!("import %{name} is not one of {allowed:?}")));
-        }
-        if func.dfg.signatures[data.signature] != unary {
+        let Some(&(_, arity)) = allowed.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = allowed.iter().map(|(n, _)| *n).collect();
+            return Err(bad(format!("import %{name} is not one of {names:?}")));
+        };
+        let wanted = libm_signature(arity);
+        if func.dfg.signatures[data.signature] != wanted {
             return Err(bad(format!(
                 "import %{name} has signature {}",
                 func.dfg.signatures[data.signature]
             )));
         }
-        let mut sig = unary.clone();
+        let mut sig = wanted;
         sig.call_conv = cc;
         let id = module
             .declare_function(&name, Linkage::Import, &sig)
@@ -361,5 +353,30 @@ impl Compiled {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    /// The Cranelift values here are the ones `nablac_abi::cpu` describes.
+    #[test]
+    fn built_from_the_abi() {
+        assert_eq!(
+            CallConv::from_str(nablac_abi::cpu::TEXT_CALL_CONV),
+            Ok(TEXT_CALL_CONV)
+        );
+        let symbols = libm_symbols();
+        for f in LIBM {
+            for name in [f.f64, f.f32] {
+                assert!(
+                    symbols.iter().any(|(s, _)| *s == name),
+                    "libm_symbols lacks {name}"
+                );
+            }
+        }
+        assert_eq!(symbols.len(), 2 * LIBM.len());
     }
 }

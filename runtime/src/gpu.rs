@@ -51,7 +51,10 @@ pub enum GpuError {
 /// (any case: NVRTC and OpenCL write `error`, glslang `ERROR`), else the whole log trimmed, else
 /// `otherwise()` (an empty log).
 pub fn log_line(log: &str, otherwise: impl FnOnce() -> String) -> String {
-    match log.lines().find(|l| l.to_ascii_lowercase().contains("error")) {
+    match log
+        .lines()
+        .find(|l| l.to_ascii_lowercase().contains("error"))
+    {
         Some(l) => l.to_string(),
         None if !log.trim().is_empty() => log.trim().to_string(),
         None => otherwise(),
@@ -279,7 +282,10 @@ mod tests {
             log_line("k.cu(3): warning: x\nk.cu(4): error: y\n", none),
             "k.cu(4): error: y"
         );
-        assert_eq!(log_line("ERROR: 0:7: 'z' : undeclared\n", none), "ERROR: 0:7: 'z' : undeclared");
+        assert_eq!(
+            log_line("ERROR: 0:7: 'z' : undeclared\n", none),
+            "ERROR: 0:7: 'z' : undeclared"
+        );
         assert_eq!(log_line("  only a note \n", none), "only a note");
         assert_eq!(log_line(" \n", none), "status 6");
     }

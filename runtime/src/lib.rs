@@ -1,9 +1,12 @@
 //! nablac-runtime: loads kernels that nablac emitted (source + manifest) and runs them.
 //!
-//! This crate sits BELOW the compiler: it never sees a tape. It owns the contracts every host
-//! shares with the emitted code: the manifest (how to launch a kernel), the draws ([`philox`]), the CPU kernel ABI
-//! ([`cpu`]) and the fixed-order sums that turn per-path leaves into a report ([`report`]). The
-//! compiler depends on it and re-exports those contracts; `nablac run` drives it.
+//! This crate never sees a tape. The contracts every host shares with the emitted code live in the
+//! `nablac-abi` crate, which the compiler depends on too, and are re-exported here: the manifest
+//! (how to launch a kernel, [`manifest`]), the draws ([`philox`]), the fixed-order sums that turn
+//! per-path leaves into a report ([`report`]) and the CPU kernel ABI's data (`nablac_abi::cpu`,
+//! which [`cpu`] builds its Cranelift signatures from). The compiler does not depend on this crate
+//! (so it needs no GPU driver); the `nablac` binary (crate `nablac-cli`) depends on both, and
+//! `nablac run` drives this one.
 //!
 //! ```text
 //! let backend = Backend::open(Target::Cpu)?;
@@ -31,9 +34,7 @@
 //! threads in 1024-aligned chunks.
 
 pub mod cpu;
-pub mod manifest;
-pub mod philox;
-pub mod report;
+pub use nablac_abi::{manifest, philox, report};
 
 pub use manifest::{Manifest, Mode, Precision, Target};
 pub use report::{OutputReport, PartialSums, Report, ReportError};

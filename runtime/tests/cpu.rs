@@ -1,17 +1,44 @@
-//! The CPU backend on kernels the compiler emitted (tests/data/, kept current by the compiler's
-//! `jit::tests::runtime_fixtures_are_current`): bit-identical reports whatever the threads and
-//! chunks, equal to the fixed-order sums of the per-path leaves, and errors that name the problem.
+//! The CPU backend on kernels the compiler emits (built here through `nablac::compile`, as a user
+//! would with `nablac --target cpu`): bit-identical reports whatever the threads and chunks, equal
+//! to the fixed-order sums of the per-path leaves, and errors that name the problem.
 
+use nablac::compile::{compile, CompileOptions};
+use nablac::products::{record, Market, Options, Product};
 use nablac_runtime::report::tree_sum;
-use nablac_runtime::{cpu, Backend, LoadedKernel, Manifest, Progress, Report, RunOptions, Target};
+use nablac_runtime::{
+    cpu, Backend, LoadedKernel, Manifest, Mode, Precision, Progress, Report, RunOptions, Target,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// The kernel `name` (`asian<steps>_<mode>_<precision>`: the Asian call at rate 0.05) as CLIF text
+/// and its manifest, read back from its JSON form as a host reads `KERNEL.json`.
 fn fixture(name: &str) -> (String, Manifest) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
-    let src = std::fs::read_to_string(format!("{dir}{name}.clif")).unwrap();
-    let json = std::fs::read_to_string(format!("{dir}{name}.clif.json")).unwrap();
-    (src, serde_json::from_str(&json).unwrap())
+    let (steps, mode, precision) = match name {
+        "asian16_reverse_f64" => (16, Mode::Reverse, Precision::F64),
+        "asian16_reverse_f32" => (16, Mode::Reverse, Precision::F32),
+        other => panic!("no kernel {other}"),
+    };
+    let o = Options {
+        steps,
+        ..Options::defaults(Product::AsianCall)
+    };
+    let market = Market {
+        rate: 0.05,
+        ..Market::default()
+    };
+    let tape = record(Product::AsianCall, &o, &market).unwrap();
+    let k = compile(
+        &tape,
+        &CompileOptions {
+            mode,
+            precision,
+            ..CompileOptions::new(Target::Cpu)
+        },
+    )
+    .unwrap();
+    let json = serde_json::to_string_pretty(&k.manifest).unwrap();
+    (k.source, serde_json::from_str(&json).unwrap())
 }
 
 fn load(name: &str) -> (Backend, LoadedKernel) {

@@ -1,7 +1,7 @@
 //! The CUDA backend with a hand-written kernel of the emitted ABI (leaf of path p = p + 0.5, one
 //! sum, pairwise per workgroup): the assembled totals equal `tree_sum` of the leaves bit for bit,
 //! however the range is chunked. The emitted corpus kernels are tested in
-//! compiler/tests/runtime_cuda.rs. Without CUDA this prints `skipped: ...` and passes
+//! compiler/tests/runtime.rs. Without CUDA this prints `skipped: ...` and passes
 //! (it fails when NABLAC_REQUIRE_CUDA=1).
 
 use nablac_runtime::cuda;

@@ -1,7 +1,7 @@
 //! The Vulkan backend with a hand-written GLSL kernel of the emitted ABI (leaf of path p =
 //! p + inputs[0], one sum, pairwise per workgroup): the assembled totals equal `tree_sum` of the
 //! leaves bit for bit, however the range is chunked; bad ranges and bad GLSL give clear errors.
-//! The emitted corpus kernels are tested in compiler/tests/runtime_vulkan.rs.
+//! The emitted corpus kernels are tested in compiler/tests/runtime.rs.
 //! Required-tool policy: without Vulkan this fails when CI=true or NABLAC_REQUIRE_TOOLS=1, else
 //! prints `skipped: ...`.
 

@@ -16,6 +16,8 @@ import numpy as np
 import cupy as cp
 
 MAX_PATHS_PER_LAUNCH = 1 << 27
+# The manifest's scalar types (`Param.ty`, and T in `ptr<T>`), as NumPy types.
+SCALAR = {"u32": np.uint32, "u64": np.uint64, "f32": np.float32, "f64": np.float64}
 
 
 def tree_sum(leaves):
@@ -63,25 +65,27 @@ class Kernel:
             n = min(MAX_PATHS_PER_LAUNCH, paths - base)
             groups = (n + self.wg - 1) // self.wg
             partials = cp.full(groups * self.n_sums, np.nan, dtype=np.float64)
+            # The manifest's parameter table: bound in `binding` order, each by its name and
+            # role, scalars converted to their `ty`; nothing here knows an argument's position.
+            values = {
+                "path_base_lo": base & 0xFFFFFFFF, "path_base_hi": base >> 32,
+                "paths_lo": paths & 0xFFFFFFFF, "paths_hi": paths >> 32,
+                "seed_lo": seed & 0xFFFFFFFF, "seed_hi": seed >> 32,
+                "zero": 0, "invocations": groups * self.wg,
+            }
+            buffers = {"inputs": lambda: dev_inputs, "partials": lambda: partials,
+                       "scratch": lambda: cp.empty(max(1, self.slots * groups * self.wg), dtype=self.real)}
             args = []
-            scratch = None
-            for p in self.manifest["params"]:
-                name = p["name"]
-                if name == "inputs":
-                    args.append(dev_inputs)
-                elif name == "partials":
-                    args.append(partials)
-                elif name == "scratch":
-                    scratch = cp.empty(max(1, self.slots * groups * self.wg), dtype=self.real)
-                    args.append(scratch)
+            for p in sorted(self.manifest["params"], key=lambda p: p["binding"]):
+                name, ty, role = p["name"], p["ty"], p["role"]
+                if ty.startswith(("ptr<", "buffer<")):
+                    want = SCALAR[ty[ty.index("<") + 1:-1]]
+                    buf = buffers[name]()
+                    assert buf.dtype == want, f"{self.path}: {name} is {ty}, the host has {buf.dtype}"
+                    args.append(buf)
                 else:
-                    v = {
-                        "path_base_lo": base & 0xFFFFFFFF, "path_base_hi": base >> 32,
-                        "paths_lo": paths & 0xFFFFFFFF, "paths_hi": paths >> 32,
-                        "seed_lo": seed & 0xFFFFFFFF, "seed_hi": seed >> 32,
-                        "zero": 0, "invocations": groups * self.wg,
-                    }[name]
-                    args.append(np.uint32(v))
+                    assert role == "value", f"{self.path}: {name}: role {role} is not a kernel argument"
+                    args.append(SCALAR[ty](values[name]))
             self.fn((groups,), (self.wg,), tuple(args))
             out.append(partials)
             base += n

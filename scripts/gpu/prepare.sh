@@ -22,7 +22,7 @@ with tarfile.open(sys.argv[1], "w:xz") as t:
 rm -rf "$g/bin" "$g/deb"
 mkdir -p "$g/bin" "$g/deb" "$g/k"
 
-cargo build --release --locked -p nablac
+cargo build --release --locked -p nablac-cli
 strip -o "$g/bin/nablac" target/release/nablac
 tests=$(cargo test --release --locked -p nablac --test runtime --no-run --message-format=json 2>/dev/null |
   python3 -c 'import sys, json

@@ -1,4 +1,4 @@
-//! Filling the manifest (`nablac_runtime::manifest`, the runtime's contract) for an emitted kernel.
+//! Filling the manifest (`nablac_abi::manifest`, the kernel ABI's contract) for an emitted kernel.
 
 use super::body::Body;
 use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};

@@ -52,8 +52,8 @@ mod skeleton;
 #[cfg(test)]
 mod snapshots;
 
-/// The manifest is the runtime's contract (crate `nablac-runtime`); the emitters fill it.
-pub use nablac_runtime::manifest;
+/// The manifest is the kernel ABI's contract (crate `nablac-abi`); the emitters fill it.
+pub use nablac_abi::manifest;
 
 #[cfg(test)]
 mod tests;

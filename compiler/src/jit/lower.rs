@@ -20,14 +20,10 @@
 //! argument (ties to the first) and `abs` multiplies by sign(a) with sign(0) = 0. Only active
 //! nodes receive contributions; dead nodes are never emitted.
 
+use super::abi::{entry_signature, libm_names, CALL_CONV};
 use super::{JitError, Options};
 use crate::emit::manifest::{Mode, Precision};
-use nablac_runtime::cpu::{entry_signature, libm_names, TEXT_CALL_CONV as CALL_CONV};
-// TODO(jit): read these from crate::philox once branch `record` is on main (they are the same numbers).
-const M0: u32 = 0xD251_1F53;
-const M1: u32 = 0xCD9E_8D57;
-const W0: u32 = 0x9E37_79B9;
-const W1: u32 = 0xBB67_AE85;
+use crate::philox::{M0, M1, W0, W1};
 use crate::plan::Activity;
 use crate::tape::{BinaryOp, DrawKind, Node, NodeId, Tape, UnaryOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};

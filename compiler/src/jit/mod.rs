@@ -4,7 +4,7 @@
 //! (target `cpu`). The runtime (`nablac_runtime::cpu::load`) parses the text with
 //! `cranelift-reader` and JIT-compiles it: a CPU kernel loads from source + manifest, with no tape.
 //!
-//! # ABI (manifest version 1; the runtime's `cpu` module owns it)
+//! # ABI (manifest version 1; `nablac_abi::cpu` owns it)
 //!
 //! One function, named by `manifest.entry_point` (`nablac_cpu_<mode>_<precision>`), in the host's C
 //! calling convention (the text says `system_v`; the loader rewrites every signature to the
@@ -39,6 +39,7 @@
 //! checkpointed plans give the same function text and the same bits; the manifest says
 //! `segments: 1`, `checkpoint: off`.
 
+mod abi;
 mod lower;
 #[cfg(test)]
 mod tests;
@@ -170,16 +171,6 @@ fn params(opts: &Options, tape: &Tape, row: usize) -> Vec<Param> {
 /// The manifest of the CPU kernel for `tape` under `opts` (every field filled; see the ABI above).
 pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
     let sums = sums(tape, opts.mode);
-    let mut persistent: Vec<u32> = tape
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| matches!(n, Node::Input(_)))
-        .map(|(i, _)| i as u32)
-        .chain(tape.outputs.iter().map(|o| o.node.0))
-        .collect();
-    persistent.sort_unstable();
-    persistent.dedup();
     Manifest {
         manifest_version: MANIFEST_VERSION,
         nablac_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -195,7 +186,7 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
         workgroup_size: 1,
         segments: 1,
         checkpoint: Checkpoint::Off,
-        persistent: persistent.len() as u32,
+        persistent: 0,
         scratch_slots_per_path: 0,
         scratch_layout: String::new(),
         draws: tape.n_draws,

@@ -126,7 +126,9 @@ pub struct Manifest {
     pub segments: u32,
     /// The checkpoint strategy the kernel uses (`off` for price and plain kernels).
     pub checkpoint: Checkpoint,
-    /// Values declared at the kernel's top level by a checkpointed kernel (0 otherwise).
+    /// Values a checkpointed kernel keeps across its segments (declared at its top level): the
+    /// plan's persistent values that are live and not constants. 0 whenever `checkpoint` is `off`,
+    /// on every target: price kernels, plain kernels and CPU kernels (which never checkpoint).
     pub persistent: u32,
     /// Scratch strategy: f32/f64 slots per path in the scratch buffer (0 otherwise).
     pub scratch_slots_per_path: u32,

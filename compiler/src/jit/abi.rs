@@ -1,0 +1,39 @@
+//! The CPU kernel ABI (`nablac_abi::cpu`, shared with the runtime's loader) as the Cranelift
+//! values the lowering needs; the runtime builds the same values from the same data.
+
+use crate::emit::manifest::Precision;
+use cranelift_codegen::ir::{types, AbiParam, Signature};
+use cranelift_codegen::isa::CallConv;
+use nablac_abi::cpu::{libm_name, ENTRY_PARAMS};
+
+/// The calling convention the CLIF text is written in (`nablac_abi::cpu::TEXT_CALL_CONV`).
+pub(super) const CALL_CONV: CallConv = CallConv::SystemV;
+
+/// The entry point's signature in the text: one `i64` per `ENTRY_PARAMS` entry, no results.
+pub(super) fn entry_signature() -> Signature {
+    let mut abi = Signature::new(CALL_CONV);
+    abi.params = vec![AbiParam::new(types::I64); ENTRY_PARAMS.len()];
+    abi
+}
+
+/// The symbols of `exp`, `log` and `cos` for a kernel of `precision`, from `nablac_abi::cpu::LIBM`.
+pub(super) fn libm_names(precision: Precision) -> [&'static str; 3] {
+    ["exp", "log", "cos"].map(|f| libm_name(f, precision).expect("exp, log and cos are in LIBM"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    #[test]
+    fn built_from_the_abi() {
+        assert_eq!(
+            CallConv::from_str(nablac_abi::cpu::TEXT_CALL_CONV),
+            Ok(CALL_CONV)
+        );
+        assert_eq!(libm_names(Precision::F32), ["expf", "logf", "cosf"]);
+        assert_eq!(libm_names(Precision::F64), ["exp", "log", "cos"]);
+        assert_eq!(entry_signature().params.len(), 5);
+    }
+}
