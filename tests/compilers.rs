@@ -196,7 +196,11 @@ use nablac::emit::{emit, EmitError, EmitOptions, Kernel, Mode, Precision, Target
 use nablac::plan::{Checkpoint, SegmentOptions};
 
 /// Plans `tape` at `segments` segments (1 = plain) with `strategy`, as `nablac` does.
-fn planned(tape: &nablac::tape::Tape, segments: u32, strategy: Checkpoint) -> nablac::plan::Plan {
+fn planned(
+    tape: &nablac::verify::Verified,
+    segments: u32,
+    strategy: Checkpoint,
+) -> nablac::plan::Plan {
     nablac::passes::plan(
         tape,
         &SegmentOptions {
@@ -309,12 +313,15 @@ fn corpus_kernels_compile_on_every_target() {
 /// OpenCL and GLSL kernels of both are compiled on the way. Slow on a small CPU (~1 min a kernel).
 fn asian_252_reports() -> Option<(PtxasReport, PtxasReport)> {
     use nablac::products::{record, Market, Options, Product};
-    let tape = record(
-        Product::AsianCall,
-        &Options::defaults(Product::AsianCall),
-        &Market::default(),
+    let tape = nablac::verify::verify(
+        record(
+            Product::AsianCall,
+            &Options::defaults(Product::AsianCall),
+            &Market::default(),
+        )
+        .expect("records"),
     )
-    .expect("records");
+    .expect("verifies");
     let plain = planned(&tape, 1, Checkpoint::Registers);
     let ckpt = planned(&tape, 16, Checkpoint::Registers);
     for target in [Target::Opencl, Target::Glsl] {

@@ -41,7 +41,8 @@ fn the_example_host_runs_emitted_kernels() {
         steps: 8,
         ..Options::defaults(Product::AsianCall)
     };
-    let tape = record(Product::AsianCall, &o, &Market::default()).unwrap();
+    let tape = nablac::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap())
+        .expect("a recorded tape verifies");
     let required = std::env::var("NABLAC_REQUIRE_TOOLS").is_ok_and(|v| v == "1");
     let mut ran = 0;
     for (target, file) in [

@@ -58,6 +58,9 @@ pub const LIBM: &[Libm] = &[
     Libm { f64: "exp", f32: "expf", arity: 1 },
     Libm { f64: "log", f32: "logf", arity: 1 },
     Libm { f64: "cos", f32: "cosf", arity: 1 },
+    Libm { f64: "tanh", f32: "tanhf", arity: 1 },
+    Libm { f64: "erfc", f32: "erfcf", arity: 1 },
+    Libm { f64: "pow", f32: "powf", arity: 2 },
 ];
 
 /// The symbol of libm function `f64_name` (its C name in f64, e.g. `"exp"`) for `precision`;
@@ -84,7 +87,8 @@ mod tests {
         assert_eq!(libm_name("cos", Precision::F64), Some("cos"));
         assert_eq!(libm_name("expf", Precision::F64), None);
         let f32: Vec<_> = libm_names(Precision::F32).map(|(name, _)| name).collect();
-        assert_eq!(f32, ["expf", "logf", "cosf"]);
+        assert_eq!(f32, ["expf", "logf", "cosf", "tanhf", "erfcf", "powf"]);
+        assert_eq!(libm_names(Precision::F64).last(), Some(("pow", 2)));
         // Names are unique across both precisions, so a symbol says its precision.
         let mut all: Vec<_> = LIBM.iter().flat_map(|f| [f.f64, f.f32]).collect();
         let n = all.len();

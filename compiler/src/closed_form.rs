@@ -56,6 +56,14 @@ pub fn erfc(x: f64) -> f64 {
     }
 }
 
+/// The Black–Scholes price of a cash-or-nothing call paying 1 at maturity when S_T > K:
+/// `exp(-r T) N(d2)`.
+pub fn digital_call(m: &Market) -> f64 {
+    let sd = m.vol * m.maturity.sqrt();
+    let d2 = ((m.spot / m.strike).ln() + (m.rate - 0.5 * m.vol * m.vol) * m.maturity) / sd;
+    (-m.rate * m.maturity).exp() * norm_cdf(d2)
+}
+
 /// Black–Scholes price and Greeks of a European call (`call`) or put at `m`.
 pub fn black_scholes(call: bool, m: &Market) -> Priced {
     let (s, k, v, r, t) = (m.spot, m.strike, m.vol, m.rate, m.maturity);

@@ -9,7 +9,7 @@
 use crate::emit::{EmitError, EmitOptions, Manifest, Mode, Precision, ScratchLayout, Target};
 use crate::jit::JitError;
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
-use crate::tape::Tape;
+use crate::verify::Verified;
 
 /// What to compile: the emitter's options and the checkpoint plan's knobs.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -100,8 +100,8 @@ pub enum CompileError {
     Jit(#[from] JitError),
 }
 
-/// Plans `tape` (verified: `verify::verify` accepted it) and emits its kernel (see the module doc).
-pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+/// Plans the verified tape `tape` and emits its kernel (see the module doc).
+pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     let refuse = |option, why| {
         Err(CompileError::NotForTarget {
             option,
@@ -126,7 +126,6 @@ pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileEr
         Target::Cpu => {
             let k = crate::jit::emit(
                 tape,
-                &plan,
                 &crate::jit::Options {
                     mode: opts.mode,
                     precision: opts.precision,
@@ -162,10 +161,11 @@ pub fn compile(tape: &Tape, opts: &CompileOptions) -> Result<Compiled, CompileEr
 mod tests {
     use super::*;
     use crate::products::{record, Market, Options, Product};
+    use crate::testing::verified;
 
-    fn european() -> Tape {
+    fn european() -> Verified {
         let p = Product::EuropeanCall;
-        record(p, &Options::defaults(p), &Market::default()).unwrap()
+        verified(&record(p, &Options::defaults(p), &Market::default()).unwrap())
     }
 
     #[test]
@@ -173,7 +173,7 @@ mod tests {
         let t = european();
         for target in [Target::Cpu, Target::Cuda, Target::Opencl, Target::Glsl] {
             let o = CompileOptions::new(target);
-            let a = compile(&t, &o).unwrap();
+            let a = compile(&verified(&t), &o).unwrap();
             assert_eq!(a.manifest.target, target);
             let want = if target == Target::Cpu {
                 Precision::F64
@@ -181,7 +181,7 @@ mod tests {
                 Precision::F32
             };
             assert_eq!(a.manifest.precision, want);
-            assert_eq!(a, compile(&t, &o).unwrap());
+            assert_eq!(a, compile(&verified(&t), &o).unwrap());
         }
     }
 
@@ -191,26 +191,26 @@ mod tests {
         for target in [Target::Cpu, Target::Glsl] {
             let mut o = CompileOptions::new(target);
             o.segments.strategy = Checkpoint::Scratch;
-            let e = compile(&t, &o).unwrap_err().to_string();
+            let e = compile(&verified(&t), &o).unwrap_err().to_string();
             assert!(e.contains("--checkpoint scratch is not for the"), "{e}");
         }
         let mut o = CompileOptions::new(Target::Cpu);
         o.min_blocks = Some(4);
-        assert!(compile(&t, &o)
+        assert!(compile(&verified(&t), &o)
             .unwrap_err()
             .to_string()
             .contains("--min-blocks"));
         let mut o = CompileOptions::new(Target::Opencl);
         o.min_blocks = Some(4);
         assert!(matches!(
-            compile(&t, &o),
+            compile(&verified(&t), &o),
             Err(CompileError::Emit(EmitError::Unsupported { .. }))
         ));
         // 0 asks for no hint, which every target honours.
         for target in [Target::Cpu, Target::Cuda, Target::Opencl, Target::Glsl] {
             let mut o = CompileOptions::new(target);
             o.min_blocks = Some(0);
-            assert!(compile(&t, &o).is_ok(), "{target:?}");
+            assert!(compile(&verified(&t), &o).is_ok(), "{target:?}");
         }
     }
 
@@ -218,9 +218,9 @@ mod tests {
     fn f32_register_checkpointed_cuda_kernels_get_launch_bounds_by_default() {
         let asian = {
             let p = Product::AsianCall;
-            record(p, &Options::defaults(p), &Market::default()).unwrap()
+            verified(&record(p, &Options::defaults(p), &Market::default()).unwrap())
         };
-        let bounds = |tape: &Tape, f: &dyn Fn(&mut CompileOptions)| {
+        let bounds = |tape: &Verified, f: &dyn Fn(&mut CompileOptions)| {
             let mut o = CompileOptions::new(Target::Cuda);
             f(&mut o);
             let src = compile(tape, &o).unwrap().source;

@@ -3,7 +3,7 @@
 //! One loader for every stage's golden tests (plans, kernels, compiler checks, runtime agreement),
 //! so they all glob the same cases in the same (sorted) order.
 
-use crate::tape::Tape;
+use crate::verify::Verified;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +27,7 @@ pub struct Case {
     /// The file stem, e.g. `asian8`.
     pub name: String,
     pub path: PathBuf,
-    pub tape: Tape,
+    pub tape: Verified,
     pub options: CaseOptions,
 }
 
@@ -52,7 +52,7 @@ pub fn load(dir: &Path) -> Result<Vec<Case>, String> {
     for path in paths {
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let tape = crate::format::read(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        crate::verify::verify(&tape).map_err(|e| format!("{}: {e}", path.display()))?;
+        let tape = crate::verify::verify(tape).map_err(|e| format!("{}: {e}", path.display()))?;
         let sidecar = path.with_extension("toml");
         let options = if sidecar.exists() {
             let text = std::fs::read_to_string(&sidecar)
@@ -84,11 +84,11 @@ mod tests {
         let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            ["asian8", "barrier", "basket3", "european", "random"]
+            ["asian8", "barrier", "basket3", "digital", "european", "format2", "random"]
         );
         let asian = &cases[0];
         assert_eq!(asian.options.segments, [1, 2]);
         assert_eq!(asian.tape.len(), 15 + 6 * 8 + 9);
-        assert_eq!(cases[3].options.segments, [1]);
+        assert_eq!(cases[4].options.segments, [1]);
     }
 }

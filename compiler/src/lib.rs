@@ -14,6 +14,7 @@ pub mod corpus;
 pub mod emit;
 pub mod format;
 pub mod jit;
+pub mod ops;
 pub mod passes;
 pub mod plan;
 /// The draws and the fixed-order sums are the kernel ABI's contracts (crate `nablac-abi`), shared

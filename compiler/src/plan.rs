@@ -42,8 +42,9 @@ impl Default for SegmentOptions {
     }
 }
 
-/// Which nodes matter. Guarantee: `active[i]` iff node i depends on some input (only active nodes
-/// carry adjoints or tangents); `live[i]` iff node i reaches some output (others are dead and no
+/// Which nodes matter. Guarantee: `active[i]` iff node i depends differentiably on some input and
+/// some output depends differentiably on it (only active nodes carry adjoints or tangents; see
+/// `passes::activity`); `live[i]` iff node i reaches some output (others are dead and no
 /// kernel computes them).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Activity {

@@ -1,4 +1,4 @@
-//! Products recorded as tapes: European, arithmetic Asian, up-and-out barrier, basket.
+//! Products recorded as tapes: European, digital, arithmetic Asian, up-and-out barrier, basket.
 //!
 //! Every product is a tape with the five inputs `spot, strike, vol, rate, maturity` (input indices
 //! 0..4, in that order, recorded at the [`Market`] values; default 100, 100, 0.2, 0.03, 1) and one
@@ -15,6 +15,17 @@
 //! %15 = exp %14; %16 = mul spot %15 (S_T); %17 = sub %16 strike (put: sub strike %16); %18 = const 0;
 //! %19 = max %17 %18; %20 = mul rate maturity; %21 = neg %20; %22 = exp %21; %23 = mul %19 %22 = price
 //! ```
+//!
+//! **Digital (cash-or-nothing) call** (`digital`; one draw; tape format 2): pays 1 at maturity when
+//! the terminal spot exceeds the strike, discounted. The European's nodes %0..%16 (S_T), then
+//!
+//! ```text
+//! %17 = gt %16 strike (the indicator); %18 = mul rate maturity; %19 = neg %18; %20 = exp %19;
+//! %21 = mul %17 %20 = price
+//! ```
+//!
+//! The indicator carries no derivative, so the pathwise delta and vega are 0 (the closed form's are
+//! not: a pathwise estimator misses the jump); rate and maturity get the discount's.
 //!
 //! **Arithmetic Asian call / put** (`asian`, `asian-put`; `steps` N, default 252): `15 + 6N + 9` nodes
 //! (1,536 for N = 252), the reference layout:
@@ -68,7 +79,7 @@ use crate::tape::Tape;
 /// Why a product could not be recorded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProductError {
-    #[error("unknown product {0:?}: expected one of european, european-put, asian, asian-put, barrier, basket")]
+    #[error("unknown product {0:?}: expected one of european, european-put, digital, asian, asian-put, barrier, basket")]
     UnknownProduct(String),
     #[error("unknown market parameter {0:?}: expected one of spot, strike, vol, rate, maturity")]
     UnknownMarket(String),
@@ -142,6 +153,7 @@ impl Market {
 pub enum Product {
     EuropeanCall,
     EuropeanPut,
+    Digital,
     AsianCall,
     AsianPut,
     Barrier,
@@ -150,9 +162,10 @@ pub enum Product {
 
 impl Product {
     /// Every product, in the order listed to users.
-    pub const ALL: [Product; 6] = [
+    pub const ALL: [Product; 7] = [
         Product::EuropeanCall,
         Product::EuropeanPut,
+        Product::Digital,
         Product::AsianCall,
         Product::AsianPut,
         Product::Barrier,
@@ -164,6 +177,7 @@ impl Product {
         match self {
             Product::EuropeanCall => "european",
             Product::EuropeanPut => "european-put",
+            Product::Digital => "digital",
             Product::AsianCall => "asian",
             Product::AsianPut => "asian-put",
             Product::Barrier => "barrier",
@@ -171,12 +185,13 @@ impl Product {
         }
     }
 
-    /// The product called `name`: a canonical name, or `european-call`, `call`, `put`, `asian-call`,
-    /// `barrier-call`, `up-and-out`, `basket-call`.
+    /// The product called `name`: a canonical name, or `european-call`, `call`, `put`,
+    /// `digital-call`, `cash-or-nothing`, `asian-call`, `barrier-call`, `up-and-out`, `basket-call`.
     pub fn from_name(name: &str) -> Result<Product, ProductError> {
         Ok(match name {
             "european" | "european-call" | "call" => Product::EuropeanCall,
             "european-put" | "put" => Product::EuropeanPut,
+            "digital" | "digital-call" | "cash-or-nothing" => Product::Digital,
             "asian" | "asian-call" => Product::AsianCall,
             "asian-put" => Product::AsianPut,
             "barrier" | "barrier-call" | "up-and-out" => Product::Barrier,
@@ -213,7 +228,7 @@ impl Options {
         let steps = match product {
             Product::AsianCall | Product::AsianPut => 252,
             Product::Barrier => 52,
-            Product::EuropeanCall | Product::EuropeanPut | Product::Basket => 1,
+            Product::EuropeanCall | Product::EuropeanPut | Product::Digital | Product::Basket => 1,
         };
         Options {
             steps,
@@ -244,6 +259,7 @@ pub fn record(product: Product, options: &Options, market: &Market) -> Result<Ta
     let price = match product {
         Product::EuropeanCall => european(&rec, &m, true),
         Product::EuropeanPut => european(&rec, &m, false),
+        Product::Digital => digital(&rec, &m),
         Product::AsianCall => asian(&rec, &m, o.steps, true),
         Product::AsianPut => asian(&rec, &m, o.steps, false),
         Product::Barrier => {
@@ -354,6 +370,16 @@ fn european(rec: &Recorder, m: &Inputs, call: bool) -> Var {
     m.payoff(rec, &st, call)
 }
 
+fn digital(rec: &Recorder, m: &Inputs) -> Var {
+    let drift = m.mu(rec) * &m.maturity;
+    let vst = &m.vol * m.maturity.sqrt();
+    let z = rec.normal(0);
+    let st = &m.spot * (drift + vst * z).exp();
+    let pays = st.gt(&m.strike);
+    let discount = (-(&m.rate * &m.maturity)).exp();
+    pays * discount
+}
+
 fn asian(rec: &Recorder, m: &Inputs, steps: u32, call: bool) -> Var {
     let (drift, vsdt) = m.step(rec, steps);
     let mut sum = rec.constant(0.0);
@@ -450,9 +476,11 @@ mod tests {
     use super::*;
     use crate::reference::{evaluate, evaluate_path};
     use crate::tape::{BinaryOp, DrawKind, Node, NodeId, Op, UnaryOp};
+    use crate::testing::verified;
+    use crate::verify::Verified;
 
-    fn tape(p: Product) -> Tape {
-        record(p, &Options::defaults(p), &Market::default()).unwrap()
+    fn tape(p: Product) -> Verified {
+        verified(&record(p, &Options::defaults(p), &Market::default()).unwrap())
     }
 
     fn bin(op: BinaryOp, a: u32, b: u32) -> Node {
@@ -559,6 +587,34 @@ mod tests {
         assert_eq!(t.nodes[23], bin(Mul, 19, 22));
         let p = tape(Product::EuropeanPut);
         assert_eq!(p.nodes[17], bin(Sub, 1, 16));
+    }
+
+    #[test]
+    fn digital_layout_and_closed_form() {
+        use BinaryOp::*;
+        let t = tape(Product::Digital);
+        assert_eq!(t.len(), 22);
+        assert_eq!(t.format(), 2);
+        assert_eq!(t.nodes[16], bin(Mul, 0, 15));
+        assert_eq!(t.nodes[17], bin(Gt, 16, 1));
+        assert_eq!(t.nodes[21], bin(Mul, 17, 20));
+        // exp(-rT) N(d2) within 4 standard errors; the pathwise delta and vega are 0 (the
+        // indicator has no derivative) and rho is -T * price, path by path.
+        let m = Market::default();
+        let paths = 200_000u64;
+        let rep = evaluate(&verified(&t), &m.values(), 7, paths).unwrap();
+        let o = &rep.outputs[0];
+        let exact = crate::closed_form::digital_call(&m);
+        assert!((exact - 0.504572).abs() < 1e-6, "closed form {exact}");
+        assert!(
+            (o.value - exact).abs() < 4.0 * o.stderr,
+            "{} ± {} vs {exact}",
+            o.value,
+            o.stderr
+        );
+        assert_eq!(o.greeks[0].1, 0.0);
+        assert_eq!(o.greeks[2].1, 0.0);
+        assert!((o.greeks[3].1 + m.maturity * o.value).abs() < 1e-12);
     }
 
     #[test]
@@ -701,7 +757,7 @@ mod tests {
         let paths = 200_000u64;
         let (mut s, mut s2) = ([0.0f64; 3], [0.0f64; 3]);
         for p in 0..paths {
-            let r = evaluate_path(&t, &x, 11, p).unwrap();
+            let r = evaluate_path(&verified(&t), &x, 11, p).unwrap();
             for (k, v) in [r.outputs[0], r.greeks[0][0], r.greeks[0][2]]
                 .into_iter()
                 .enumerate()
@@ -714,7 +770,7 @@ mod tests {
         let bs = crate::closed_form::black_scholes(true, &m);
         let (price, delta, vega) = (bs.price, bs.greeks[0], bs.greeks[2]);
         assert!((price - 9.4134).abs() < 1e-3, "closed form {price}");
-        let rep = evaluate(&t, &x, 11, paths).unwrap();
+        let rep = evaluate(&verified(&t), &x, 11, paths).unwrap();
         let o = &rep.outputs[0];
         for (k, (name, exact)) in [("price", price), ("delta", delta), ("vega", vega)]
             .into_iter()
@@ -748,7 +804,7 @@ mod tests {
     fn check_greeks_by_bumping(p: Product, o: &Options, paths: u64, rel_tol: f64) {
         let t = record(p, o, &Market::default()).unwrap();
         let x = Market::default().values();
-        let rep = evaluate(&t, &x, 5, paths).unwrap();
+        let rep = evaluate(&verified(&t), &x, 5, paths).unwrap();
         let out = &rep.outputs[0];
         assert!(out.value > 0.0, "{}: price {}", p.name(), out.value);
         for i in 0..5 {
@@ -757,8 +813,8 @@ mod tests {
             up[i] += h;
             let mut dn = x;
             dn[i] -= h;
-            let vu = evaluate(&t, &up, 5, paths).unwrap().outputs[0].value;
-            let vd = evaluate(&t, &dn, 5, paths).unwrap().outputs[0].value;
+            let vu = evaluate(&verified(&t), &up, 5, paths).unwrap().outputs[0].value;
+            let vd = evaluate(&verified(&t), &dn, 5, paths).unwrap().outputs[0].value;
             let fd = (vu - vd) / (2.0 * h);
             let g = out.greeks[i].1;
             assert_eq!(out.greeks[i].0, Market::NAMES[i]);
@@ -828,14 +884,24 @@ mod tests {
             .outputs[0]
             .value;
         let o = Options::defaults(Product::Barrier);
-        let knocked = evaluate(&record(Product::Barrier, &o, &m).unwrap(), &x, 1, 20_000)
-            .unwrap()
-            .outputs[0]
+        let knocked = evaluate(
+            &verified(&record(Product::Barrier, &o, &m).unwrap()),
+            &x,
+            1,
+            20_000,
+        )
+        .unwrap()
+        .outputs[0]
             .value;
         let far = Options { barrier: 1e4, ..o };
-        let untouched = evaluate(&record(Product::Barrier, &far, &m).unwrap(), &x, 1, 20_000)
-            .unwrap()
-            .outputs[0]
+        let untouched = evaluate(
+            &verified(&record(Product::Barrier, &far, &m).unwrap()),
+            &x,
+            1,
+            20_000,
+        )
+        .unwrap()
+        .outputs[0]
             .value;
         assert!(
             knocked > 0.5 && knocked < 0.5 * vanilla,
@@ -858,8 +924,8 @@ mod tests {
         let e = tape(Product::EuropeanCall);
         // Same draw 0, same GBM terminal value (the basket divides by 1 and uses dt = T / 1).
         for p in 0..50 {
-            let a = evaluate_path(&t, &m.values(), 3, p).unwrap();
-            let b = evaluate_path(&e, &m.values(), 3, p).unwrap();
+            let a = evaluate_path(&verified(&t), &m.values(), 3, p).unwrap();
+            let b = evaluate_path(&verified(&e), &m.values(), 3, p).unwrap();
             assert!((a.outputs[0] - b.outputs[0]).abs() <= 1e-12 * (1.0 + b.outputs[0].abs()));
         }
         // A perfectly diversifying correlation lowers the price.
@@ -876,7 +942,10 @@ mod tests {
             &m,
         )
         .unwrap();
-        let lo = evaluate(&lo_t, &m.values(), 3, 20_000).unwrap().outputs[0].value;
+        let lo = evaluate(&verified(&lo_t), &m.values(), 3, 20_000)
+            .unwrap()
+            .outputs[0]
+            .value;
         assert!(
             lo < hi && hi < 10.45 && lo > 4.0,
             "rho 0: {lo}, rho 0.5: {hi}"

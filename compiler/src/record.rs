@@ -306,6 +306,41 @@ impl Var {
     pub fn min(&self, w: &Var) -> Var {
         self.binary(BinaryOp::Min, w)
     }
+
+    /// A new `lt self w` node: 1 if self < w, else 0 (format 2; no derivative).
+    pub fn lt(&self, w: &Var) -> Var {
+        self.binary(BinaryOp::Lt, w)
+    }
+
+    /// A new `le self w` node: 1 if self <= w, else 0 (format 2; no derivative).
+    pub fn le(&self, w: &Var) -> Var {
+        self.binary(BinaryOp::Le, w)
+    }
+
+    /// A new `gt self w` node: 1 if self > w, else 0 (format 2; no derivative).
+    pub fn gt(&self, w: &Var) -> Var {
+        self.binary(BinaryOp::Gt, w)
+    }
+
+    /// A new `ge self w` node: 1 if self >= w, else 0 (format 2; no derivative).
+    pub fn ge(&self, w: &Var) -> Var {
+        self.binary(BinaryOp::Ge, w)
+    }
+
+    /// A new `pow self w` node: self^w for self > 0, NaN otherwise (format 2).
+    pub fn pow(&self, w: &Var) -> Var {
+        self.binary(BinaryOp::Pow, w)
+    }
+
+    /// A new `tanh` node (format 2).
+    pub fn tanh(&self) -> Var {
+        self.unary(UnaryOp::Tanh)
+    }
+
+    /// A new `ncdf` node: the standard normal distribution function (format 2).
+    pub fn ncdf(&self) -> Var {
+        self.unary(UnaryOp::Ncdf)
+    }
 }
 
 impl Neg for &Var {
@@ -392,7 +427,9 @@ mod tests {
         let k3 = 1.0 - k2; // %20 const 1.0 (pooled), %21 sub
         let k4 = k3 / 0.5; // %22 const 0.5 (pooled), %23 div
         let k5 = -k4; // %24
+        let f2 = k5.lt(&x).le(&y).gt(&x).ge(&y).pow(&x).tanh().ncdf(); // %25..%31
         rec.output("out", &k5).unwrap();
+        rec.output("format2", &f2).unwrap();
         rec.output("x_again", &x).unwrap();
         let tape = rec.finish().unwrap();
         let ops: Vec<Op> = tape.nodes.iter().map(|n| n.op()).collect();
@@ -401,7 +438,8 @@ mod tests {
             ops,
             [
                 Input, Input, Const, Normal, Uniform, Add, Sub, Mul, Div, Max, Min, Neg, Exp, Log,
-                Sqrt, Abs, Const, Add, Const, Mul, Const, Sub, Const, Div, Neg
+                Sqrt, Abs, Const, Add, Const, Mul, Const, Sub, Const, Div, Neg, Lt, Le, Gt, Ge,
+                Pow, Tanh, Ncdf
             ]
         );
         for op in Op::ALL {
@@ -449,6 +487,13 @@ mod tests {
         );
         assert_eq!(
             tape.outputs[1],
+            Output {
+                name: "format2".into(),
+                node: NodeId(31)
+            }
+        );
+        assert_eq!(
+            tape.outputs[2],
             Output {
                 name: "x_again".into(),
                 node: NodeId(0)

@@ -3,33 +3,22 @@
 //! For one path: a forward sweep computes every node's value in f64 (draws from `philox::normal_f64`
 //! and `philox::uniform_f64`); then, for each output separately, a reverse sweep starts from adjoint 1
 //! at the output node and visits, in reverse order, exactly the nodes the output depends on (its
-//! backward cone), applying the adjoint rules of TAPE-FORMAT.md literally:
-//!
-//! ```text
-//! add: da += d; db += d          sub: da += d; db -= d        mul: da += d*b; db += d*a
-//! div: da += d/b; db -= d*c/b    max: to a when a >= b, else to b;  min: to a when a <= b, else to b
-//! neg: da -= d                   exp: da += d*c               log: da += d/a
-//! sqrt: da += d*0.5/c            abs: da += d*sign(a), sign(0) = 0 (and sign(NaN) = 0)
-//! input i: greek[i] += d
-//! ```
-//!
-//! (`d*c/b` is `(d*c)/b`, `d*0.5/c` is `(d*0.5)/c`.) Nodes outside the output's cone are never
+//! backward cone), applying the rules of `crate::ops` (TAPE-FORMAT.md's, in their evaluation
+//! order: `d*c/b` is `(d*c)/b`), and `greek[i] += d` at input i. Nodes outside the output's cone are never
 //! visited, so a non-finite value elsewhere on the tape cannot leak into this output's Greeks.
 //! `evaluate` sums paths in the fixed order of `report` and builds the `Report`.
 
-use crate::philox::{normal_f64, uniform_f64};
+use crate::ops::{self, Arg, Operands};
+use crate::philox::{normal_f32, normal_f64, uniform_f32, uniform_f64};
 use crate::report::{OutputSums, Report, ReportError};
-use crate::tape::{BinaryOp, DrawKind, Node, Tape, UnaryOp};
+use crate::tape::{DrawKind, Node, Tape};
+use crate::verify::Verified;
 
 /// Why the reference could not evaluate a tape.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReferenceError {
     #[error("the tape has {expected} inputs but {got} input values were given")]
     InputCount { expected: usize, got: usize },
-    #[error("node %{node}: {problem}")]
-    Malformed { node: usize, problem: String },
-    #[error("output {name} names node %{node}, but the tape has {len} nodes")]
-    OutputRange { name: String, node: u32, len: usize },
     #[error(transparent)]
     Report(#[from] ReportError),
 }
@@ -53,83 +42,57 @@ fn check(tape: &Tape, inputs: &[f64]) -> Result<(), ReferenceError> {
             got: inputs.len(),
         });
     }
-    for (i, node) in tape.nodes.iter().enumerate() {
-        let bad = |problem: String| Err(ReferenceError::Malformed { node: i, problem });
-        match *node {
-            Node::Input(k) if k as usize >= inputs.len() => {
-                return bad(format!("input index {k} out of range"))
-            }
-            Node::Const(k) if k as usize >= tape.consts.len() => {
-                return bad(format!("const index {k} out of range"));
-            }
-            _ => {}
-        }
-        if let Some(a) = node.args().find(|a| a.index() >= i) {
-            return bad(format!("argument {a} does not point backwards"));
-        }
-    }
-    for o in &tape.outputs {
-        if o.node.index() >= tape.nodes.len() {
-            return Err(ReferenceError::OutputRange {
-                name: o.name.clone(),
-                node: o.node.0,
-                len: tape.nodes.len(),
-            });
-        }
-    }
     Ok(())
 }
 
-fn sign(a: f64) -> f64 {
-    if a > 0.0 {
-        1.0
-    } else if a < 0.0 {
-        -1.0
-    } else {
-        0.0
+/// A precision the reference evaluates in: the rules' arithmetic (`ops::Real`) and the draws.
+pub trait Float: ops::Real {
+    fn normal(seed: u64, path: u64, k: u32) -> Self;
+    fn uniform(seed: u64, path: u64, k: u32) -> Self;
+}
+
+impl Float for f64 {
+    fn normal(seed: u64, path: u64, k: u32) -> f64 {
+        normal_f64(seed, path, k)
+    }
+    fn uniform(seed: u64, path: u64, k: u32) -> f64 {
+        uniform_f64(seed, path, k)
     }
 }
 
-fn forward(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Vec<f64> {
-    let mut v: Vec<f64> = Vec::with_capacity(tape.nodes.len());
+impl Float for f32 {
+    fn normal(seed: u64, path: u64, k: u32) -> f32 {
+        normal_f32(seed, path, k)
+    }
+    fn uniform(seed: u64, path: u64, k: u32) -> f32 {
+        uniform_f32(seed, path, k)
+    }
+}
+
+/// The operands of `node` given every forward value `v` (absent arguments: 0).
+fn operands<T: Float>(node: &Node, v: &[T], c: T, d: T) -> Operands<T> {
+    let mut args = node.args().map(|a| v[a.index()]);
+    let zero = T::of(0.0);
+    Operands {
+        a: args.next().unwrap_or(zero),
+        b: args.next().unwrap_or(zero),
+        c,
+        d,
+    }
+}
+
+fn forward<T: Float>(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(tape.nodes.len());
+    let zero = T::of(0.0);
     for node in &tape.nodes {
         let x = match *node {
-            Node::Input(k) => inputs[k as usize],
-            Node::Const(k) => tape.consts[k as usize],
-            Node::Draw(DrawKind::Normal, k) => normal_f64(seed, path, k),
-            Node::Draw(DrawKind::Uniform, k) => uniform_f64(seed, path, k),
-            Node::Unary(op, a) => {
-                let a = v[a.index()];
-                match op {
-                    UnaryOp::Neg => -a,
-                    UnaryOp::Exp => a.exp(),
-                    UnaryOp::Log => a.ln(),
-                    UnaryOp::Sqrt => a.sqrt(),
-                    UnaryOp::Abs => a.abs(),
-                }
-            }
-            Node::Binary(op, a, b) => {
-                let (a, b) = (v[a.index()], v[b.index()]);
-                match op {
-                    BinaryOp::Add => a + b,
-                    BinaryOp::Sub => a - b,
-                    BinaryOp::Mul => a * b,
-                    BinaryOp::Div => a / b,
-                    BinaryOp::Max => {
-                        if a >= b {
-                            a
-                        } else {
-                            b
-                        }
-                    }
-                    BinaryOp::Min => {
-                        if a <= b {
-                            a
-                        } else {
-                            b
-                        }
-                    }
-                }
+            Node::Input(k) => T::of(inputs[k as usize]),
+            Node::Const(k) => T::of(tape.consts[k as usize]),
+            Node::Draw(DrawKind::Normal, k) => T::normal(seed, path, k),
+            Node::Draw(DrawKind::Uniform, k) => T::uniform(seed, path, k),
+            Node::Unary(..) | Node::Binary(..) => {
+                let rule = ops::rule(node.op()).expect("arithmetic ops have rules");
+                ops::eval(&rule.value, &operands(node, &v, zero, zero))
             }
         };
         v.push(x);
@@ -138,7 +101,7 @@ fn forward(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Vec<f64> {
 }
 
 /// d (node `out`) / d input, for every input, by one reverse sweep over `out`'s backward cone.
-fn reverse(tape: &Tape, v: &[f64], out: usize, n_inputs: usize) -> Vec<f64> {
+fn reverse<T: Float>(tape: &Tape, v: &[T], out: usize, n_inputs: usize) -> Vec<T> {
     let mut cone = vec![false; out + 1];
     cone[out] = true;
     for i in (0..=out).rev() {
@@ -148,62 +111,27 @@ fn reverse(tape: &Tape, v: &[f64], out: usize, n_inputs: usize) -> Vec<f64> {
             }
         }
     }
-    let mut adj = vec![0.0f64; out + 1];
-    adj[out] = 1.0;
-    let mut greeks = vec![0.0f64; n_inputs];
+    let zero = T::of(0.0);
+    let mut adj = vec![zero; out + 1];
+    adj[out] = T::of(1.0);
+    let mut greeks = vec![zero; n_inputs];
     for i in (0..=out).rev() {
         if !cone[i] {
             continue;
         }
-        let d = adj[i];
-        let c = v[i];
-        match tape.nodes[i] {
-            Node::Input(k) => greeks[k as usize] += d,
+        let node = &tape.nodes[i];
+        match *node {
+            Node::Input(k) => greeks[k as usize] = greeks[k as usize] + adj[i],
             Node::Const(_) | Node::Draw(..) => {}
-            Node::Unary(op, a) => {
-                let (ai, av) = (a.index(), v[a.index()]);
-                match op {
-                    UnaryOp::Neg => adj[ai] -= d,
-                    UnaryOp::Exp => adj[ai] += d * c,
-                    UnaryOp::Log => adj[ai] += d / av,
-                    UnaryOp::Sqrt => adj[ai] += d * 0.5 / c,
-                    UnaryOp::Abs => adj[ai] += d * sign(av),
-                }
-            }
-            Node::Binary(op, a, b) => {
-                let (ai, bi) = (a.index(), b.index());
-                let (av, bv) = (v[ai], v[bi]);
-                match op {
-                    BinaryOp::Add => {
-                        adj[ai] += d;
-                        adj[bi] += d;
-                    }
-                    BinaryOp::Sub => {
-                        adj[ai] += d;
-                        adj[bi] -= d;
-                    }
-                    BinaryOp::Mul => {
-                        adj[ai] += d * bv;
-                        adj[bi] += d * av;
-                    }
-                    BinaryOp::Div => {
-                        adj[ai] += d / bv;
-                        adj[bi] -= d * c / bv;
-                    }
-                    BinaryOp::Max => {
-                        if av >= bv {
-                            adj[ai] += d;
-                        } else {
-                            adj[bi] += d;
-                        }
-                    }
-                    BinaryOp::Min => {
-                        if av <= bv {
-                            adj[ai] += d;
-                        } else {
-                            adj[bi] += d;
-                        }
-                    }
+            Node::Unary(..) | Node::Binary(..) => {
+                let rule = ops::rule(node.op()).expect("arithmetic ops have rules");
+                let x = operands(node, v, v[i], adj[i]);
+                let args: Vec<usize> = node.args().map(|a| a.index()).collect();
+                for step in rule.adjoint {
+                    ops::eval_step(step, &x, &mut |arg, sub, delta| {
+                        let j = args[if arg == Arg::A { 0 } else { 1 }];
+                        adj[j] = if sub { adj[j] - delta } else { adj[j] + delta };
+                    });
                 }
             }
         }
@@ -213,29 +141,49 @@ fn reverse(tape: &Tape, v: &[f64], out: usize, n_inputs: usize) -> Vec<f64> {
 
 /// Path `path`'s outputs and their derivatives with respect to every input, at input values `inputs`.
 pub fn evaluate_path(
-    tape: &Tape,
+    tape: &Verified,
+    inputs: &[f64],
+    seed: u64,
+    path: u64,
+) -> Result<PathResult, ReferenceError> {
+    evaluate_path_in::<f64>(tape, inputs, seed, path)
+}
+
+/// [`evaluate_path`] with every value, draw and adjoint in precision `T` (f32 checks an f32
+/// kernel); the results are converted to f64.
+pub fn evaluate_path_in<T: Float>(
+    tape: &Verified,
     inputs: &[f64],
     seed: u64,
     path: u64,
 ) -> Result<PathResult, ReferenceError> {
     check(tape, inputs)?;
-    Ok(path_unchecked(tape, inputs, seed, path))
+    Ok(path_unchecked::<T>(tape, inputs, seed, path))
 }
 
-fn path_unchecked(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> PathResult {
-    let v = forward(tape, inputs, seed, path);
-    let outputs = tape.outputs.iter().map(|o| v[o.node.index()]).collect();
+fn path_unchecked<T: Float>(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> PathResult {
+    let v = forward::<T>(tape, inputs, seed, path);
+    let outputs = tape
+        .outputs
+        .iter()
+        .map(|o| v[o.node.index()].to_f64())
+        .collect();
     let greeks = tape
         .outputs
         .iter()
-        .map(|o| reverse(tape, &v, o.node.index(), inputs.len()))
+        .map(|o| {
+            reverse(tape, &v, o.node.index(), inputs.len())
+                .into_iter()
+                .map(T::to_f64)
+                .collect()
+        })
         .collect();
     PathResult { outputs, greeks }
 }
 
 /// The report of paths `0..paths` under `seed` at input values `inputs`, summed in the fixed order.
 pub fn evaluate(
-    tape: &Tape,
+    tape: &Verified,
     inputs: &[f64],
     seed: u64,
     paths: u64,
@@ -250,7 +198,7 @@ pub fn evaluate(
         let mut values = vec![Vec::new(); n_out];
         let mut derivs = vec![vec![Vec::new(); n_in]; n_out];
         for p in start..end {
-            let r = path_unchecked(tape, inputs, seed, p);
+            let r = path_unchecked::<f64>(tape, inputs, seed, p);
             for o in 0..n_out {
                 values[o].push(r.outputs[o]);
                 for (leaves, g) in derivs[o].iter_mut().zip(&r.greeks[o]) {
@@ -282,9 +230,8 @@ mod tests {
     use super::*;
     use crate::record::{Recorder, Var};
     use crate::report::tree_sum;
-    use crate::tape::{Input, NodeId, Output};
 
-    fn tape_of(f: impl Fn(&Recorder, &[Var]) -> Vec<Var>, inputs: &[(&str, f64)]) -> Tape {
+    fn tape_of(f: impl Fn(&Recorder, &[Var]) -> Vec<Var>, inputs: &[(&str, f64)]) -> Verified {
         let rec = Recorder::new();
         let xs: Vec<Var> = inputs
             .iter()
@@ -293,7 +240,7 @@ mod tests {
         for (k, out) in f(&rec, &xs).iter().enumerate() {
             rec.output(&format!("out{k}"), out).unwrap();
         }
-        rec.finish().unwrap()
+        crate::verify::verify(rec.finish().unwrap()).unwrap()
     }
 
     #[test]
@@ -386,7 +333,7 @@ mod tests {
         assert_eq!(r.greeks, [vec![2.0]]);
     }
 
-    fn central_differences(t: &Tape, x: &[f64], path: u64, o: usize) -> Vec<f64> {
+    fn central_differences(t: &Verified, x: &[f64], path: u64, o: usize) -> Vec<f64> {
         (0..x.len())
             .map(|i| {
                 let h = 1e-6 * x[i].abs().max(1.0);
@@ -421,6 +368,20 @@ mod tests {
                     vec![-(b * &v[0]) / (&v[1] + 1.0), (&v[0] * &v[1]).ln()]
                 },
                 &[("a", 1.7), ("b", 0.4)],
+            ),
+            // The smooth format-2 ops (pow in both arguments, tanh, ncdf), gated by an indicator
+            // whose flat derivative the bumps see too (it does not flip within a bump).
+            tape_of(
+                |rec, v| {
+                    let z = rec.normal(2);
+                    let s = &v[0] * (&v[1] * &z).exp();
+                    let gate = s.gt(&v[2]) + s.le(&v[2]) * 0.5;
+                    vec![
+                        (s.pow(&v[1]) + (&s * 0.1).tanh() + (&v[1] * &z).ncdf()) * gate,
+                        s.pow(&(&v[1] * 10.0)).ncdf(),
+                    ]
+                },
+                &[("spot", 1.2), ("vol", 0.3), ("level", 1.0)],
             ),
         ];
         for t in &tapes {
@@ -468,7 +429,8 @@ mod tests {
     }
 
     #[test]
-    fn bad_tapes_are_refused_not_panicked_on() {
+    fn bad_inputs_are_refused_not_panicked_on() {
+        // (A malformed tape cannot get here: only `verify` makes the `Verified` the reference takes.)
         let good = tape_of(|_, v| vec![&v[0] + 1.0], &[("x", 1.0)]);
         assert_eq!(
             evaluate_path(&good, &[], 0, 0).unwrap_err(),
@@ -480,35 +442,6 @@ mod tests {
         assert!(matches!(
             evaluate(&good, &[1.0], 0, 0),
             Err(ReferenceError::Report(ReportError::NoPaths))
-        ));
-        let mut fwd = good.clone();
-        fwd.nodes[2] = Node::Binary(BinaryOp::Add, NodeId(0), NodeId(2));
-        assert!(matches!(
-            evaluate_path(&fwd, &[1.0], 0, 0),
-            Err(ReferenceError::Malformed { node: 2, .. })
-        ));
-        let mut c = good.clone();
-        c.nodes[1] = Node::Const(5);
-        assert!(matches!(
-            evaluate_path(&c, &[1.0], 0, 0),
-            Err(ReferenceError::Malformed { node: 1, .. })
-        ));
-        let bad_out = Tape {
-            inputs: vec![Input {
-                name: "x".into(),
-                value: 1.0,
-            }],
-            outputs: vec![Output {
-                name: "y".into(),
-                node: NodeId(3),
-            }],
-            consts: vec![],
-            nodes: vec![Node::Input(0)],
-            n_draws: 0,
-        };
-        assert!(matches!(
-            evaluate_path(&bad_out, &[1.0], 0, 0),
-            Err(ReferenceError::OutputRange { .. })
         ));
     }
 }

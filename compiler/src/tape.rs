@@ -1,4 +1,4 @@
-//! The tape IR: a straight-line program over real scalars (TAPE-FORMAT.md, version 1).
+//! The tape IR: a straight-line program over real scalars (TAPE-FORMAT.md, versions 1 and 2).
 //!
 //! Nodes live in a `Vec<Node>` in evaluation order and are named by dense [`NodeId`]s (printed `%12`).
 //! Every argument names an earlier node, so the list is already topologically sorted. Analyses never
@@ -23,6 +23,12 @@
 //! | `log a` | ln a | da += d/a |
 //! | `sqrt a` | sqrt a | da += d*0.5/c |
 //! | `abs a` | abs a | da += d*sign(a), sign(0) = 0 |
+//! | `lt a b`, `le`, `gt`, `ge` (format 2) | 1 if a < b (<=, >, >=) else 0 | none (derivative 0) |
+//! | `pow a b` (format 2) | a^b for a > 0, NaN otherwise | da += d*b*a^(b-1); db += d*c*ln a |
+//! | `tanh a` (format 2) | tanh a | da += d*(1 - c*c) |
+//! | `ncdf a` (format 2) | Phi(a) = erfc(-a/sqrt 2)/2 | da += d*exp(-a*a/2)/sqrt(2 pi) |
+//!
+//! `crate::ops` holds these rules as data; every back end evaluates that table.
 //!
 //! A `Tape` value may be malformed (it is what a reader or a recorder produced); `verify::verify`
 //! checks every rule of the format and returns the facts later stages need.
@@ -59,16 +65,23 @@ pub enum Op {
     Div = 19,
     Max = 20,
     Min = 21,
+    Lt = 22,
+    Le = 23,
+    Gt = 24,
+    Ge = 25,
+    Pow = 26,
     Neg = 32,
     Exp = 33,
     Log = 34,
     Sqrt = 35,
     Abs = 36,
+    Tanh = 37,
+    Ncdf = 38,
 }
 
 impl Op {
     /// Every op, in code order.
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 22] = [
         Op::Input,
         Op::Const,
         Op::Normal,
@@ -79,11 +92,18 @@ impl Op {
         Op::Div,
         Op::Max,
         Op::Min,
+        Op::Lt,
+        Op::Le,
+        Op::Gt,
+        Op::Ge,
+        Op::Pow,
         Op::Neg,
         Op::Exp,
         Op::Log,
         Op::Sqrt,
         Op::Abs,
+        Op::Tanh,
+        Op::Ncdf,
     ];
 
     pub fn code(self) -> u8 {
@@ -112,6 +132,22 @@ impl Op {
             Op::Log => "log",
             Op::Sqrt => "sqrt",
             Op::Abs => "abs",
+            Op::Lt => "lt",
+            Op::Le => "le",
+            Op::Gt => "gt",
+            Op::Ge => "ge",
+            Op::Pow => "pow",
+            Op::Tanh => "tanh",
+            Op::Ncdf => "ncdf",
+        }
+    }
+
+    /// The first tape format version that has the op (TAPE-FORMAT.md): 2 for `lt`, `le`, `gt`,
+    /// `ge`, `pow`, `tanh` and `ncdf`, 1 for the rest.
+    pub fn format(self) -> u16 {
+        match self {
+            Op::Lt | Op::Le | Op::Gt | Op::Ge | Op::Pow | Op::Tanh | Op::Ncdf => 2,
+            _ => 1,
         }
     }
 
@@ -123,7 +159,7 @@ impl Op {
     pub fn arity(self) -> usize {
         match self {
             Op::Input | Op::Const | Op::Normal | Op::Uniform => 0,
-            Op::Neg | Op::Exp | Op::Log | Op::Sqrt | Op::Abs => 1,
+            Op::Neg | Op::Exp | Op::Log | Op::Sqrt | Op::Abs | Op::Tanh | Op::Ncdf => 1,
             _ => 2,
         }
     }
@@ -144,6 +180,13 @@ pub enum BinaryOp {
     Div,
     Max,
     Min,
+    /// 1 if a < b else 0 (format 2; no derivative).
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// a^b for a > 0, NaN otherwise (format 2).
+    Pow,
 }
 
 /// One-argument arithmetic.
@@ -154,6 +197,10 @@ pub enum UnaryOp {
     Log,
     Sqrt,
     Abs,
+    /// Format 2.
+    Tanh,
+    /// The standard normal distribution function (format 2).
+    Ncdf,
 }
 
 /// Which generator a draw comes from (TAPE-FORMAT.md, Draws).
@@ -189,6 +236,8 @@ impl Node {
                 UnaryOp::Log => Op::Log,
                 UnaryOp::Sqrt => Op::Sqrt,
                 UnaryOp::Abs => Op::Abs,
+                UnaryOp::Tanh => Op::Tanh,
+                UnaryOp::Ncdf => Op::Ncdf,
             },
             Node::Binary(op, _, _) => match op {
                 BinaryOp::Add => Op::Add,
@@ -197,6 +246,11 @@ impl Node {
                 BinaryOp::Div => Op::Div,
                 BinaryOp::Max => Op::Max,
                 BinaryOp::Min => Op::Min,
+                BinaryOp::Lt => Op::Lt,
+                BinaryOp::Le => Op::Le,
+                BinaryOp::Gt => Op::Gt,
+                BinaryOp::Ge => Op::Ge,
+                BinaryOp::Pow => Op::Pow,
             },
         }
     }
@@ -247,6 +301,13 @@ impl Node {
             Op::Log => Node::Unary(UnaryOp::Log, na),
             Op::Sqrt => Node::Unary(UnaryOp::Sqrt, na),
             Op::Abs => Node::Unary(UnaryOp::Abs, na),
+            Op::Tanh => Node::Unary(UnaryOp::Tanh, na),
+            Op::Ncdf => Node::Unary(UnaryOp::Ncdf, na),
+            Op::Lt => Node::Binary(BinaryOp::Lt, na, nb),
+            Op::Le => Node::Binary(BinaryOp::Le, na, nb),
+            Op::Gt => Node::Binary(BinaryOp::Gt, na, nb),
+            Op::Ge => Node::Binary(BinaryOp::Ge, na, nb),
+            Op::Pow => Node::Binary(BinaryOp::Pow, na, nb),
         }
     }
 }
@@ -295,6 +356,16 @@ impl Tape {
     /// Every node id, in evaluation order.
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
         (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// The tape format version the tape needs: 2 if it uses a format-2 op, else 1 (so writers
+    /// keep every version-1 tape byte-identical).
+    pub fn format(&self) -> u16 {
+        self.nodes
+            .iter()
+            .map(|n| n.op().format())
+            .max()
+            .unwrap_or(1)
     }
 
     /// `1 + highest draw index used`, or 0: the value `n_draws` must have in a tape built in memory.

@@ -259,6 +259,11 @@ pub(crate) fn assert_valid_canonical(tape: &Tape) {
     assert_eq!(tape.n_draws, tape.draws_used());
 }
 
+/// `tape` verified (a test's own tape, known to be valid).
+pub(crate) fn verified(tape: &Tape) -> crate::verify::Verified {
+    crate::verify::verify(tape.clone()).expect("a valid tape")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,14 +13,50 @@
 //! - Every [`VerifyError`] names the rule and its [`Place`] inside the tape; readers map the place to a
 //!   byte offset or a line and column (`crate::format`), and [`annotate`] renders it as a marked
 //!   listing for the command line.
-//! - [`verify`] = [`check`] + the facts: reader counts, the node of each input, and the activity and
-//!   liveness computed by `crate::passes` (not re-derived here).
+//! - [`verify`] = [`check`] + the facts ([`TapeInfo`]): reader counts, the node of each input, each
+//!   output's backward cone, which nodes depend on the path's draws, and the activity and liveness
+//!   computed by `crate::passes` (not re-derived here). It returns a [`Verified`] tape, the only
+//!   value that planning, compiling, emitting and the reference accept: nothing downstream
+//!   re-validates a tape or recomputes one of these facts.
 
 use crate::format::text::{node_statement, output_statement};
+use crate::ops;
 use crate::passes;
 use crate::plan::{Activity, Liveness};
 use crate::tape::{is_valid_name, Node, NodeId, Tape};
 use std::collections::BTreeMap;
+
+/// A tape that keeps every rule of TAPE-FORMAT.md, with its facts. Only [`verify`] makes one, so
+/// holding a `Verified` is the proof; it reads as the tape it wraps (`Deref<Target = Tape>`).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Verified {
+    tape: Tape,
+    info: TapeInfo,
+}
+
+impl Verified {
+    /// The tape.
+    pub fn tape(&self) -> &Tape {
+        &self.tape
+    }
+
+    /// Its facts.
+    pub fn info(&self) -> &TapeInfo {
+        &self.info
+    }
+
+    /// The tape back, giving up the proof.
+    pub fn into_tape(self) -> Tape {
+        self.tape
+    }
+}
+
+impl std::ops::Deref for Verified {
+    type Target = Tape;
+    fn deref(&self) -> &Tape {
+        &self.tape
+    }
+}
 
 /// What the later stages need to know about a verified tape.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -30,6 +66,13 @@ pub struct TapeInfo {
     pub uses: Vec<u32>,
     /// `input_nodes[k]`: the one `input` node reading input k.
     pub input_nodes: Vec<NodeId>,
+    /// `cones[o][v]`: output o depends differentiably on node v (v is the output, or a
+    /// differentiable op in the cone reads v): the nodes whose adjoint in output o's lane can be
+    /// nonzero are the active ones in its cone. Empty for a tape with one output, whose cone is
+    /// `activity.active`.
+    pub cones: Vec<Vec<bool>>,
+    /// `path_dependent[v]`: node v is a draw or reads one, so it varies from path to path.
+    pub path_dependent: Vec<bool>,
     /// From `passes::activity`.
     pub activity: Activity,
     /// From `passes::liveness`.
@@ -366,12 +409,12 @@ fn backwards(node: NodeId, slot: char, arg: NodeId) -> Result<(), VerifyError> {
     }
 }
 
-/// Checks every rule ([`check`]) and, for a valid tape, returns its facts: reader counts, the node
-/// of each input, activity and liveness.
-pub fn verify(tape: &Tape) -> Result<TapeInfo, VerifyError> {
-    check(tape)?;
+/// Checks every rule ([`check`]) and, for a valid tape, returns it [`Verified`], with its facts.
+pub fn verify(tape: Tape) -> Result<Verified, VerifyError> {
+    check(&tape)?;
     let mut uses = vec![0u32; tape.len()];
     let mut input_nodes = vec![NodeId(0); tape.inputs.len()];
+    let mut path_dependent = vec![false; tape.len()];
     for (i, node) in tape.nodes.iter().enumerate() {
         if let Node::Input(k) = *node {
             input_nodes[k as usize] = NodeId(i as u32);
@@ -379,16 +422,42 @@ pub fn verify(tape: &Tape) -> Result<TapeInfo, VerifyError> {
         for a in node.args() {
             uses[a.index()] = uses[a.index()].saturating_add(1);
         }
+        path_dependent[i] =
+            matches!(node, Node::Draw(..)) || node.args().any(|a| path_dependent[a.index()]);
     }
     for out in &tape.outputs {
         uses[out.node.index()] = uses[out.node.index()].saturating_add(1);
     }
-    Ok(TapeInfo {
+    let cones = if tape.outputs.len() < 2 {
+        Vec::new()
+    } else {
+        tape.outputs
+            .iter()
+            .map(|out| {
+                let mut cone = vec![false; tape.len()];
+                cone[out.node.index()] = true;
+                for v in tape.ids().rev() {
+                    let node = tape.node(v);
+                    let passes = ops::rule(node.op()).is_some_and(|r| r.is_differentiable());
+                    if cone[v.index()] && passes {
+                        for a in node.args() {
+                            cone[a.index()] = true;
+                        }
+                    }
+                }
+                cone
+            })
+            .collect()
+    };
+    let info = TapeInfo {
         uses,
         input_nodes,
-        activity: passes::activity(tape),
-        liveness: passes::liveness(tape),
-    })
+        cones,
+        path_dependent,
+        activity: passes::activity(&tape),
+        liveness: passes::liveness(&tape),
+    };
+    Ok(Verified { tape, info })
 }
 
 /// Lines of context printed before and after the marked statement.
@@ -516,7 +585,7 @@ mod tests {
     #[test]
     fn example_info() {
         let t = example();
-        let info = verify(&t).unwrap();
+        let info = verify(t.clone()).unwrap().info().clone();
         assert_eq!(info.uses, [1, 1, 1, 1, 1, 1, 1]);
         assert_eq!(info.input_nodes, [NodeId(0), NodeId(1)]);
         assert_eq!(
@@ -543,7 +612,7 @@ mod tests {
             name: "again".into(),
             node: NodeId(7),
         });
-        let info = verify(&t).unwrap();
+        let info = verify(t.clone()).unwrap().info().clone();
         assert_eq!(info.uses, [1, 1, 1, 1, 1, 1, 3, 2]);
     }
 
@@ -796,7 +865,7 @@ mod tests {
     fn random_tapes_verify() {
         for seed in 0..20 {
             let t = random_tape(seed, 300);
-            let info = verify(&t).unwrap();
+            let info = verify(t.clone()).unwrap().info().clone();
             assert_eq!(info.input_nodes.len(), t.inputs.len());
             let total: u32 = info.uses.iter().sum();
             let slots: usize = t.nodes.iter().map(|n| n.args().count()).sum();
@@ -807,7 +876,7 @@ mod tests {
     proptest! {
         #[test]
         fn arb_tapes_verify(tape in arb_tape()) {
-            let info = verify(&tape).unwrap();
+            let info = verify(tape.clone()).unwrap().info().clone();
             for (k, id) in info.input_nodes.iter().enumerate() {
                 prop_assert_eq!(tape.nodes[id.index()], Node::Input(k as u32));
             }
@@ -829,7 +898,7 @@ mod tests {
                 n_draws,
             };
             match check(&tape) {
-                Ok(()) => { verify(&tape).unwrap(); }
+                Ok(()) => { verify(tape.clone()).unwrap(); }
                 Err(e) => { let _ = render(&tape, &e); }
             }
             let _ = annotate(&tape, NodeId(3), "x");

@@ -108,7 +108,8 @@ fn kernel(target: Target, backend: &Backend, tape: &Tape, c: Config) -> Option<L
     o.mode = c.mode;
     o.segments.strategy = c.strategy;
     o.segments.segments = Some(c.segments);
-    let k = match compile(tape, &o) {
+    let tape = nablac::verify::verify(tape.clone()).expect("the tests' tapes are valid");
+    let k = match compile(&tape, &o) {
         Ok(k) => k,
         Err(nablac::compile::CompileError::Emit(EmitError::Unsupported { .. }))
             if target == Target::Glsl && c.precision == Precision::F64 =>

@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     stamped.extend_from_slice(&crc32fast::hash(&stamped).to_le_bytes());
     for bytes in [data, &stamped[..]] {
         if let Ok(tape) = read_binary(bytes) {
-            nablac::verify::verify(&tape).expect("an accepted tape verifies");
+            nablac::verify::verify(tape.clone()).expect("an accepted tape verifies");
             let written = write_binary(&tape);
             assert_eq!(written, bytes, "read → write_binary is byte-identical");
             let again = read(&written).expect("written tape reads back");

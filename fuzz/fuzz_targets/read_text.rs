@@ -8,7 +8,7 @@ use nablac::format::{read, read_text, write_binary, write_text};
 fuzz_target!(|data: &[u8]| {
     let _ = read(data);
     if let Ok(tape) = read_text(data) {
-        nablac::verify::verify(&tape).expect("an accepted tape verifies");
+        nablac::verify::verify(tape.clone()).expect("an accepted tape verifies");
         let bin = write_binary(&tape);
         let back = read(&bin).expect("binary reads back");
         assert_eq!(write_binary(&back), bin, "write_binary → read gives the same tape");

@@ -18,7 +18,8 @@
 //! # Trust
 //!
 //! Before anything runs, the function is checked: the entry signature is the ABI's, the imports
-//! are only the libm functions of its precision with their `(T, ..., T) -> T` signatures, no global values are
+//! are only the libm functions of its precision with their `(T, ..., T) -> T` signatures (`pow`:
+//! `(T, T) -> T`), no global values are
 //! referenced, and Cranelift's verifier accepts the IR. A kernel is still trusted code (it reads
 //! and writes through the pointers it is given): load only what nablac emitted.
 
@@ -93,14 +94,34 @@ mod libm {
         pub fn expf(x: f32) -> f32;
         pub fn logf(x: f32) -> f32;
         pub fn cosf(x: f32) -> f32;
+        pub fn tanh(x: f64) -> f64;
+        pub fn erfc(x: f64) -> f64;
+        pub fn pow(x: f64, y: f64) -> f64;
+        pub fn tanhf(x: f32) -> f32;
+        pub fn erfcf(x: f32) -> f32;
+        pub fn powf(x: f32, y: f32) -> f32;
     }
 }
 
 /// The host's libm functions a kernel may import, by symbol name (the ones Rust's `f64::exp`,
 /// `f64::ln`, `f64::cos` and their f32 twins call, so JIT draws equal `crate::philox` bit for bit):
 /// the address of every symbol in [`LIBM`] (a test checks that none is missing).
-pub fn libm_symbols() -> [(&'static str, *const u8); 6] {
+pub fn libm_symbols() -> [(&'static str, *const u8); 12] {
+    type F1 = unsafe extern "C" fn(f64) -> f64;
+    type G1 = unsafe extern "C" fn(f32) -> f32;
     [
+        ("tanh", libm::tanh as F1 as *const u8),
+        ("erfc", libm::erfc as F1 as *const u8),
+        (
+            "pow",
+            libm::pow as unsafe extern "C" fn(f64, f64) -> f64 as *const u8,
+        ),
+        ("tanhf", libm::tanhf as G1 as *const u8),
+        ("erfcf", libm::erfcf as G1 as *const u8),
+        (
+            "powf",
+            libm::powf as unsafe extern "C" fn(f32, f32) -> f32 as *const u8,
+        ),
         (
             "exp",
             libm::exp as unsafe extern "C" fn(f64) -> f64 as *const u8,

@@ -27,7 +27,7 @@ fn fixture(name: &str) -> (String, Manifest) {
         rate: 0.05,
         ..Market::default()
     };
-    let tape = record(Product::AsianCall, &o, &market).unwrap();
+    let tape = nablac::verify::verify(record(Product::AsianCall, &o, &market).unwrap()).unwrap();
     let k = compile(
         &tape,
         &CompileOptions {

@@ -63,7 +63,11 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
 }
 
 /// Compiles a verified tape for `target` with the command line's options.
-pub fn compile(tape: &nablac::tape::Tape, target: Target, o: &CompileOpts) -> Result<Compiled> {
+pub fn compile(
+    tape: &nablac::verify::Verified,
+    target: Target,
+    o: &CompileOpts,
+) -> Result<Compiled> {
     Ok(nablac::compile::compile(tape, &compile_options(target, o))?)
 }
 
@@ -78,7 +82,7 @@ pub fn run(args: &CompileArgs) -> Result<()> {
     let (Some(tape_path), Some(out)) = (&args.tape, &args.output) else {
         bail!("usage: nablac TAPE --target cuda|opencl|glsl|cpu -o FILE (see nablac --help)");
     };
-    let (tape, _info) = super::load_tape(tape_path)?;
+    let tape = super::load_tape(tape_path)?;
     let k = compile(&tape, target(args.target), &args.opts)
         .with_context(|| format!("cannot compile {}", tape_path.display()))?;
     let manifest = serde_json::to_string_pretty(&k.manifest)? + "\n";

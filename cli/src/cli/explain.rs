@@ -32,7 +32,7 @@ pub struct ExplainArgs {
 }
 
 pub fn run(args: &ExplainArgs) -> Result<()> {
-    let (tape, _info) = super::load_tape(&args.tape.tape)?;
+    let tape = super::load_tape(&args.tape.tape)?;
     let opts = nablac::plan::SegmentOptions {
         strategy: args.checkpoint.into(),
         segments: args.segments,

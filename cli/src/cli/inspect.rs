@@ -54,8 +54,8 @@ pub fn summarize(tape: &Tape, info: &TapeInfo) -> Summary {
 }
 
 pub fn run(args: &InspectArgs) -> Result<()> {
-    let (tape, info) = super::load_tape(&args.tape.tape)?;
-    let s = summarize(&tape, &info);
+    let tape = super::load_tape(&args.tape.tape)?;
+    let s = summarize(&tape, tape.info());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());

@@ -177,14 +177,12 @@ pub fn parse_market(s: &str) -> Result<(String, f64), String> {
 }
 
 /// Reads and verifies a tape file, with the file name in every error.
-pub fn load_tape(path: &std::path::Path) -> Result<(nablac::tape::Tape, nablac::verify::TapeInfo)> {
+pub fn load_tape(path: &std::path::Path) -> Result<nablac::verify::Verified> {
     use anyhow::Context;
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let tape =
         nablac::format::read(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let info =
-        nablac::verify::verify(&tape).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok((tape, info))
+    nablac::verify::verify(tape).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// The input file, shared by the subcommands that read a tape.

@@ -73,7 +73,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let asked = args.target.map(super::compile::target);
     let (source, manifest): (String, Manifest) = if is_tape(&bytes) {
         let target = asked.unwrap_or(Target::Cpu);
-        let (tape, _) = super::load_tape(&args.input)?;
+        let tape = super::load_tape(&args.input)?;
         let k = super::compile::compile(&tape, target, &args.opts)
             .with_context(|| format!("cannot compile {}", args.input.display()))?;
         (k.source, k.manifest)

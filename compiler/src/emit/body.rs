@@ -12,11 +12,13 @@
 //! adjoint rules of output o's backward cone only, exactly the nodes the reference's reverse sweep
 //! for that output visits, so a non-finite value outside the cone never reaches its Greeks.
 
-use super::dialect::{binary_op, real, unary_op, Dialect};
+use super::dialect::{real, Dialect, MathFn};
 use super::manifest::{Mode, Precision};
 use super::ScratchLayout;
+use crate::ops::{self, Acc, Arg, Arith, Cond, Expr, Step};
 use crate::plan::Plan;
-use crate::tape::{BinaryOp, DrawKind, Node, NodeId, Tape, UnaryOp};
+use crate::tape::{DrawKind, Node, NodeId, Tape};
+use crate::verify::TapeInfo;
 use std::collections::BTreeSet;
 
 /// Where the scratch slots live, for the scratch strategy.
@@ -38,31 +40,8 @@ pub(super) struct Body<'a> {
     pub scratch: Option<Scratch>,
     /// The 64-bit index type of the scratch address (C dialects only).
     pub index64: &'static str,
-    /// `cones[o][v]`: node v is in output o's backward cone (empty with a single output, whose
-    /// cone is `activity.live`).
-    pub cones: Vec<Vec<bool>>,
-}
-
-/// Each output's backward cone: the nodes it depends on, itself included (see [`Body::cones`]).
-pub(super) fn cones(tape: &Tape) -> Vec<Vec<bool>> {
-    if tape.outputs.len() < 2 {
-        return Vec::new();
-    }
-    tape.outputs
-        .iter()
-        .map(|out| {
-            let mut cone = vec![false; tape.len()];
-            cone[out.node.index()] = true;
-            for v in tape.ids().rev() {
-                if cone[v.index()] {
-                    for a in tape.node(v).args() {
-                        cone[a.index()] = true;
-                    }
-                }
-            }
-            cone
-        })
-        .collect()
+    /// The verifier's facts: each output's backward cone, the input nodes.
+    pub info: &'a TapeInfo,
 }
 
 /// Lines of source with an indentation level.
@@ -110,6 +89,11 @@ impl<'a> Body<'a> {
 
     fn lanes(&self) -> usize {
         self.tape.outputs.len()
+    }
+
+    /// Does `v` carry an adjoint in lane `o` (active, and in output o's differentiable cone)?
+    fn in_lane(&self, v: NodeId, o: usize) -> bool {
+        self.active(v) && self.info.cones.get(o).is_none_or(|cone| cone[v.index()])
     }
 
     /// The type of a declared value or adjoint: the precision's, `precise` in GLSL (see
@@ -178,84 +162,120 @@ impl<'a> Body<'a> {
                 };
                 format!("{f}({k}u, plo, phi, {}, {})", keys.0, keys.1)
             }
-            Node::Unary(op, a) => unary_op(&self.d, self.p, op, &self.operand(a, name)),
-            Node::Binary(op, a, b) => binary_op(op, &self.operand(a, name), &self.operand(b, name)),
+            Node::Unary(..) | Node::Binary(..) => {
+                let rule = ops::rule(self.tape.node(v).op()).expect("arithmetic ops have rules");
+                let x = self.operands(v, name, String::new());
+                self.expr(&rule.value, &x).0
+            }
         }
     }
 
-    /// The adjoint rules of node `v` (live, active), every lane, as TAPE-FORMAT.md states them.
+    /// The texts of node `v`'s operands `[A, B, C, D]` (`d` is the adjoint's name, if any).
+    fn operands(&self, v: NodeId, name: &dyn Fn(NodeId) -> String, d: String) -> [String; 4] {
+        let mut args = self.tape.node(v).args().map(|a| self.operand(a, name));
+        let a = args.next().unwrap_or_default();
+        let b = args.next().unwrap_or_default();
+        [a, b, name(v), d]
+    }
+
+    /// The C text of a rule expression over operand texts `x` ([A, B, C, D]), with its
+    /// precedence (0 select, 1 additive, 2 multiplicative, 3 unary, 4 primary); parentheses only
+    /// where C needs them, so the tree's evaluation order is the text's.
+    fn expr(&self, e: &Expr, x: &[String; 4]) -> (String, u8) {
+        match *e {
+            Expr::A => (x[0].clone(), 4),
+            Expr::B => (x[1].clone(), 4),
+            Expr::C => (x[2].clone(), 4),
+            Expr::D => (x[3].clone(), 4),
+            Expr::Lit(v) => (self.lit(v), 4),
+            Expr::Neg(y) => {
+                let (t, p) = self.expr(y, x);
+                if p < 3 || t.starts_with('-') {
+                    (format!("-({t})"), 3)
+                } else {
+                    (format!("-{t}"), 3)
+                }
+            }
+            Expr::Arith(op, y, z) => {
+                let prec = match op {
+                    Arith::Add | Arith::Sub => 1,
+                    Arith::Mul | Arith::Div => 2,
+                };
+                let (l, lp) = self.expr(y, x);
+                let (r, rp) = self.expr(z, x);
+                let l = if lp < prec { format!("({l})") } else { l };
+                let r = if rp <= prec { format!("({r})") } else { r };
+                (format!("{l} {} {r}", op.symbol()), prec)
+            }
+            Expr::Call(f, y) => (self.d.call(f, self.p, &self.expr(y, x).0), 4),
+            Expr::Pow(y, z) => {
+                let (y, z) = (self.expr(y, x).0, self.expr(z, x).0);
+                (self.d.pow(self.p, &y, &z), 4)
+            }
+            Expr::Nan => (self.d.nan(self.p).to_string(), 4),
+            Expr::Select(c, y, z) => {
+                let paren = |(t, p): (String, u8)| if p == 0 { format!("({t})") } else { t };
+                let (y, z) = (paren(self.expr(y, x)), paren(self.expr(z, x)));
+                (format!("({}) ? {y} : {z}", self.cond(&c, x)), 0)
+            }
+        }
+    }
+
+    /// `lhs OP rhs` of a rule condition.
+    fn cond(&self, c: &Cond, x: &[String; 4]) -> String {
+        let side = |e: &Expr| {
+            let (t, p) = self.expr(e, x);
+            if p < 3 {
+                format!("({t})")
+            } else {
+                t
+            }
+        };
+        format!("{} {} {}", side(c.lhs), c.cmp.symbol(), side(c.rhs))
+    }
+
+    /// One adjoint step in lane `o` as a statement, or `None` when it feeds no active argument.
+    fn step(&self, step: &Step, args: &[NodeId], o: usize, x: &[String; 4]) -> Option<String> {
+        let acc = |acc: &Acc| {
+            let arg = args[if acc.arg == Arg::A { 0 } else { 1 }];
+            self.active(arg).then(|| {
+                let sign = if acc.sub { '-' } else { '+' };
+                let e = self.expr(&acc.expr, x).0;
+                format!("{} {sign}= {e};", self.dname(arg, o))
+            })
+        };
+        match step {
+            Step::Acc(a) => acc(a),
+            Step::If(c, then, otherwise) => {
+                let c = self.cond(c, x);
+                let other = otherwise.and_then(|s| self.step(s, args, o, x));
+                match (acc(then), other) {
+                    (Some(t), Some(e)) => Some(format!("if ({c}) {t} else {e}")),
+                    (Some(t), None) => Some(format!("if ({c}) {t}")),
+                    (None, Some(e)) => Some(format!("if (!({c})) {e}")),
+                    (None, None) => None,
+                }
+            }
+        }
+    }
+
+    /// The adjoint rules of node `v` (live, active), every lane, as `crate::ops` states them.
     fn adjoint_lines(&self, out: &mut Out, v: NodeId, name: &dyn Fn(NodeId) -> String) {
         let node = *self.tape.node(v);
-        let c = name(v);
+        // Leaves read nothing; an input's adjoint is its Greek and stays where it is.
+        let Some(rule) = ops::rule(node.op()) else {
+            return;
+        };
+        let args: Vec<NodeId> = node.args().collect();
         for o in 0..self.lanes() {
-            if self.cones.get(o).is_some_and(|cone| !cone[v.index()]) {
+            if !self.in_lane(v, o) {
                 continue;
             }
-            let d = self.dname(v, o);
-            let mut lines: Vec<String> = Vec::new();
-            let act = |a: NodeId| self.active(a);
-            match node {
-                Node::Binary(op, a, b) => {
-                    let (va, vb) = (self.operand(a, name), self.operand(b, name));
-                    let (da, db) = (self.dname(a, o), self.dname(b, o));
-                    match op {
-                        BinaryOp::Add | BinaryOp::Sub => {
-                            if act(a) {
-                                lines.push(format!("{da} += {d};"));
-                            }
-                            if act(b) {
-                                let sign = if op == BinaryOp::Add { '+' } else { '-' };
-                                lines.push(format!("{db} {sign}= {d};"));
-                            }
-                        }
-                        BinaryOp::Mul => {
-                            if act(a) {
-                                lines.push(format!("{da} += {d} * {vb};"));
-                            }
-                            if act(b) {
-                                lines.push(format!("{db} += {d} * {va};"));
-                            }
-                        }
-                        BinaryOp::Div => {
-                            if act(a) {
-                                lines.push(format!("{da} += {d} / {vb};"));
-                            }
-                            if act(b) {
-                                lines.push(format!("{db} -= {d} * {c} / {vb};"));
-                            }
-                        }
-                        BinaryOp::Max | BinaryOp::Min => {
-                            let cmp = if op == BinaryOp::Max { ">=" } else { "<=" };
-                            let cond = format!("{va} {cmp} {vb}");
-                            match (act(a), act(b)) {
-                                (true, true) => lines
-                                    .push(format!("if ({cond}) {da} += {d}; else {db} += {d};")),
-                                (true, false) => lines.push(format!("if ({cond}) {da} += {d};")),
-                                (false, true) => lines.push(format!("if (!({cond})) {db} += {d};")),
-                                (false, false) => {}
-                            }
-                        }
-                    }
+            let x = self.operands(v, name, self.dname(v, o));
+            for step in rule.adjoint {
+                if let Some(line) = self.step(step, &args, o, &x) {
+                    out.line(self.note(line, v));
                 }
-                Node::Unary(op, a) if act(a) => {
-                    let va = self.operand(a, name);
-                    let da = self.dname(a, o);
-                    lines.push(match op {
-                        UnaryOp::Neg => format!("{da} -= {d};"),
-                        UnaryOp::Exp => format!("{da} += {d} * {c};"),
-                        UnaryOp::Log => format!("{da} += {d} / {va};"),
-                        UnaryOp::Sqrt => format!("{da} += {d} * {} / {c};", self.lit(0.5)),
-                        UnaryOp::Abs => {
-                            let zero = self.lit(0.0);
-                            format!("if ({va} > {zero}) {da} += {d}; else if ({va} < {zero}) {da} -= {d};")
-                        }
-                    });
-                }
-                // Leaves read nothing; an input's adjoint is its Greek and stays where it is.
-                _ => {}
-            }
-            for l in lines {
-                out.line(self.note(l, v));
             }
         }
     }
@@ -264,9 +284,12 @@ impl<'a> Body<'a> {
     fn declare_adjoint(&self, out: &mut Out, v: NodeId) {
         let zero = self.lit(0.0);
         let decls: Vec<String> = (0..self.lanes())
+            .filter(|&o| self.in_lane(v, o))
             .map(|o| format!("{} {} = {zero};", self.decl_type(), self.dname(v, o)))
             .collect();
-        out.line(decls.join(" "));
+        if !decls.is_empty() {
+            out.line(decls.join(" "));
+        }
     }
 
     /// Seeds each output's own lane with 1 (outputs that depend on no input have no adjoint).
@@ -307,20 +330,15 @@ impl<'a> Body<'a> {
         } else {
             2
         };
-        let mut input_node: Vec<Option<NodeId>> = vec![None; n_in];
-        for v in self.tape.ids() {
-            if let Node::Input(i) = *self.tape.node(v) {
-                input_node[i as usize] = Some(v);
-            }
-        }
+        let input_node = &self.info.input_nodes;
         for (o, output) in self.tape.outputs.iter().enumerate() {
             let base = o * per;
             let y = self.d.cast("double", &self.operand(output.node, name));
             out.line(format!("acc{} = {y};", base));
             out.line(format!("acc{} = acc{} * acc{};", base + 1, base, base));
             if self.mode == Mode::Reverse {
-                for (i, node) in input_node.iter().enumerate() {
-                    if let Some(v) = node.filter(|&v| self.active(v)) {
+                for (i, &v) in input_node.iter().enumerate() {
+                    if self.in_lane(v, o) {
                         let g = self.d.cast("double", &self.dname(v, o));
                         out.line(format!("acc{} = {g};", base + 2 + i));
                     }
@@ -433,7 +451,7 @@ impl<'a> Body<'a> {
                     None => format!("v{}", r.0),
                 };
                 out.line(self.note(
-                    format!("{} r{} = opq({src}, {zero});", self.decl_type(), r.0),
+                    format!("{} r{} = {};", self.decl_type(), r.0, self.d.opaque(&src)),
                     r,
                 ));
             }
@@ -465,17 +483,37 @@ impl<'a> Body<'a> {
         out.lines.join("\n")
     }
 
-    /// Which draw kinds the body calls (the skeleton defines only those: GLSL has no f64 `log`).
-    /// The kernel calls `opq`: it is checkpointed, or the dialect wraps exp arguments and some
-    /// live node is an exp.
-    pub fn uses_opaque(&self) -> bool {
-        self.checkpointed()
-            || (self.d.opaque_exp_argument
-                && self.tape.ids().any(|v| {
-                    self.live(v) && matches!(self.tape.node(v), Node::Unary(UnaryOp::Exp, _))
-                }))
+    /// The math functions the rules of live nodes call (in `MathFn` order, each once).
+    pub fn math_used(&self) -> Vec<MathFn> {
+        let mut used = Vec::new();
+        for v in self.tape.ids().filter(|&v| self.live(v)) {
+            if let Some(rule) = ops::rule(self.tape.node(v).op()) {
+                rule.visit(&mut |e| {
+                    let f = match *e {
+                        Expr::Call(f, _) => MathFn::of(f),
+                        Expr::Pow(..) => MathFn::Pow,
+                        _ => return,
+                    };
+                    if !used.contains(&f) {
+                        used.push(f);
+                    }
+                });
+            }
+        }
+        used
     }
 
+    /// The kernel calls `opq`: it is checkpointed, or the dialect wraps the argument of some
+    /// function a live node's rule calls.
+    pub fn uses_opaque(&self) -> bool {
+        self.checkpointed()
+            || self
+                .math_used()
+                .into_iter()
+                .any(|f| self.d.opaque_argument(f))
+    }
+
+    /// Which draw kinds the body calls (the skeleton defines only those: GLSL has no f64 `log`).
     pub fn draws_used(&self) -> (bool, bool) {
         let mut normal = false;
         let mut uniform = false;

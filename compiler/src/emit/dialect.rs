@@ -2,11 +2,12 @@
 //!
 //! Like tinygrad's `CStyleLanguage`: the emitter (`body.rs`) and the skeleton template
 //! (`templates/kernel.txt`) are shared, and every spelling that differs between CUDA (as NVRTC
-//! compiles it), OpenCL C 1.2 and GLSL 450 comes from a [`Dialect`]. The op-to-text tables
-//! ([`Dialect::math`], [`binary_op`], [`literal`]) live here and nowhere else.
+//! compiles it), OpenCL C 1.2 and GLSL 450 comes from a [`Dialect`]. The function and literal spellings
+//! ([`Dialect::math`], [`Dialect::call`], [`literal`]) live here and nowhere else; the ops'
+//! arithmetic is `crate::ops`'s table, which `body.rs` prints.
 
 use super::manifest::{Precision, Target};
-use crate::tape::{BinaryOp, UnaryOp};
+use crate::ops::Fun;
 
 /// The spellings of one kernel language. Every field is plain text pasted into the source.
 #[derive(Clone, Copy, Debug)]
@@ -96,6 +97,23 @@ pub enum MathFn {
     Sqrt,
     Cos,
     Abs,
+    Tanh,
+    Erfc,
+    Pow,
+}
+
+impl MathFn {
+    /// The math function of a rule function.
+    pub fn of(f: Fun) -> MathFn {
+        match f {
+            Fun::Exp => MathFn::Exp,
+            Fun::Log => MathFn::Log,
+            Fun::Sqrt => MathFn::Sqrt,
+            Fun::Abs => MathFn::Abs,
+            Fun::Tanh => MathFn::Tanh,
+            Fun::Erfc => MathFn::Erfc,
+        }
+    }
 }
 
 impl Dialect {
@@ -129,7 +147,51 @@ impl Dialect {
                     "fabs"
                 }
             }
+            (MathFn::Tanh, true) => "tanhf",
+            (MathFn::Erfc, true) => "erfcf",
+            (MathFn::Pow, true) => "powf",
+            (MathFn::Pow, false) => "pow",
+            // GLSL has no erfc, and its tanh may overflow to NaN: the template defines these
+            // (`helpers`).
+            (MathFn::Tanh, false) if self.target == Target::Glsl => "nablac_tanh",
+            (MathFn::Erfc, false) if self.target == Target::Glsl => "nablac_erfc",
+            (MathFn::Tanh, false) => "tanh",
+            (MathFn::Erfc, false) => "erfc",
         }
+    }
+
+    /// Does the language have `f` at f64? (GLSL 450 has no double exp, log, cos, tanh, erfc or
+    /// pow.)
+    pub fn has_f64(&self, f: MathFn) -> bool {
+        self.target != Target::Glsl || matches!(f, MathFn::Sqrt | MathFn::Abs)
+    }
+
+    /// A quiet NaN of precision `p`, as an expression.
+    pub fn nan(&self, p: Precision) -> &'static str {
+        match (self.target, p) {
+            (Target::Cuda, Precision::F32) => "__int_as_float(0x7fc00000)",
+            (Target::Cuda, Precision::F64) => "__longlong_as_double(0x7ff8000000000000LL)",
+            (Target::Opencl, Precision::F32) => "as_float(0x7fc00000u)",
+            (Target::Opencl, Precision::F64) => "as_double(0x7ff8000000000000UL)",
+            (_, Precision::F32) => "uintBitsToFloat(0x7fc00000u)",
+            (_, Precision::F64) => "packDouble2x32(uvec2(0u, 0x7ff80000u))",
+        }
+    }
+
+    /// Definitions of the helper functions the language lacks, for the rule functions `used`
+    /// (GLSL's `nablac_tanh` and `nablac_erfc`, f32 only), or nothing.
+    pub fn helpers(&self, used: &[MathFn]) -> String {
+        if self.target != Target::Glsl {
+            return String::new();
+        }
+        let mut out = String::new();
+        if used.contains(&MathFn::Tanh) {
+            out.push_str(GLSL_TANH);
+        }
+        if used.contains(&MathFn::Erfc) {
+            out.push_str(GLSL_ERFC);
+        }
+        out
     }
 
     /// `cos(2 pi u2)` of the Box–Muller step, on the variable `u2` of precision `p`.
@@ -181,6 +243,11 @@ impl Dialect {
         }
     }
 
+    /// `x` through the opaque identity, as the body calls it: `opq(x, zero)`.
+    pub fn opaque(&self, x: &str) -> String {
+        format!("opq({x}, {}zero)", self.param)
+    }
+
     /// The body of the opaque identity `opq(x, z)`: the bits of `x` XOR the run-time zero `z`.
     pub fn opaque_body(&self, p: Precision) -> &'static str {
         match (self.target, p) {
@@ -204,11 +271,60 @@ impl Dialect {
         }
     }
 
+    /// A call of rule function `f` on the rendered argument `x` at precision `p`. GLSL passes
+    /// every `exp` argument through the opaque identity (see `opaque_exp_argument`).
+    pub fn call(&self, f: Fun, p: Precision, x: &str) -> String {
+        let m = MathFn::of(f);
+        if self.opaque_argument(m) {
+            format!("{}({})", self.math(m, p), self.opaque(x))
+        } else {
+            format!("{}({x})", self.math(m, p))
+        }
+    }
+
+    /// `pow(x, y)` at precision `p` (both arguments opaque where `opaque_argument` says).
+    pub fn pow(&self, p: Precision, x: &str, y: &str) -> String {
+        let name = self.math(MathFn::Pow, p);
+        if self.opaque_argument(MathFn::Pow) {
+            format!("{name}({}, {})", self.opaque(x), self.opaque(y))
+        } else {
+            format!("{name}({x}, {y})")
+        }
+    }
+
+    /// Does this language pass `f`'s arguments through the opaque identity? GLSL does for
+    /// exp (`opaque_exp_argument`, measured) and, by the same reasoning, for the other
+    /// exponential-family functions (tanh, erfc, pow); log, sqrt and abs stay plain.
+    pub fn opaque_argument(&self, f: MathFn) -> bool {
+        self.opaque_exp_argument
+            && matches!(f, MathFn::Exp | MathFn::Tanh | MathFn::Erfc | MathFn::Pow)
+    }
+
     /// A literal of precision `p` that parses back to exactly `x` rounded to `p` (see [`literal`]).
     pub fn literal(&self, x: f64, p: Precision) -> String {
         literal(x, p, self.f32_suffix, self.f64_suffix)
     }
 }
+
+/// GLSL's tanh, argument clamped where f32 tanh is already +-1 (tanh 10 = 1 - 4e-9), so that no
+/// driver's exp-based tanh overflows to NaN; NaN stays NaN.
+const GLSL_TANH: &str = "
+float nablac_tanh(float x) { return isnan(x) ? x : tanh(clamp(x, -10.0, 10.0)); }
+";
+
+/// erfc in f32 (GLSL has none): Numerical Recipes' Chebyshev fit, fractional error below 1.2e-7
+/// everywhere (Press et al., Numerical Recipes, 2nd ed., 6.2, erfcc).
+const GLSL_ERFC: &str = "
+float nablac_erfc(float x)
+{
+    precise float z = abs(x);
+    precise float t = 1.0 / (1.0 + 0.5 * z);
+    precise float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+        + t * (-0.82215223 + t * 0.17087277)))))))));
+    return (x >= 0.0) ? r : 2.0 - r;
+}
+";
 
 /// The scalar type name of a precision (the same in all three languages).
 pub fn real(p: Precision) -> &'static str {
@@ -232,34 +348,6 @@ pub fn literal(x: f64, p: Precision, f32_suffix: &str, f64_suffix: &str) -> Stri
         format!("({digits})")
     } else {
         digits
-    }
-}
-
-/// The text of `a OP b` for a binary op on two already-rendered operands. `max` and `min` are
-/// selects so that ties go to the first argument exactly as TAPE-FORMAT.md says (`fmax` does not
-/// promise which zero it returns).
-pub fn binary_op(op: BinaryOp, a: &str, b: &str) -> String {
-    match op {
-        BinaryOp::Add => format!("{a} + {b}"),
-        BinaryOp::Sub => format!("{a} - {b}"),
-        BinaryOp::Mul => format!("{a} * {b}"),
-        BinaryOp::Div => format!("{a} / {b}"),
-        BinaryOp::Max => format!("({a} >= {b}) ? {a} : {b}"),
-        BinaryOp::Min => format!("({a} <= {b}) ? {a} : {b}"),
-    }
-}
-
-/// The text of a unary op on a rendered operand, in dialect `d` at precision `p`.
-pub fn unary_op(d: &Dialect, p: Precision, op: UnaryOp, a: &str) -> String {
-    match op {
-        UnaryOp::Neg => format!("-{a}"),
-        UnaryOp::Exp if d.opaque_exp_argument => {
-            format!("{}(opq({a}, {}zero))", d.math(MathFn::Exp, p), d.param)
-        }
-        UnaryOp::Exp => format!("{}({a})", d.math(MathFn::Exp, p)),
-        UnaryOp::Log => format!("{}({a})", d.math(MathFn::Log, p)),
-        UnaryOp::Sqrt => format!("{}({a})", d.math(MathFn::Sqrt, p)),
-        UnaryOp::Abs => format!("{}({a})", d.math(MathFn::Abs, p)),
     }
 }
 
@@ -319,7 +407,11 @@ mod tests {
         assert_eq!(GLSL.math(MathFn::Abs, Precision::F64), "abs");
         assert_eq!(GLSL.cast("double", "v1"), "double(v1)");
         assert_eq!(CUDA.cast("double", "v1"), "(double)(v1)");
-        assert_eq!(binary_op(BinaryOp::Max, "v1", "v2"), "(v1 >= v2) ? v1 : v2");
+        assert_eq!(
+            GLSL.call(Fun::Exp, Precision::F32, "v1"),
+            "exp(opq(v1, pc.zero))"
+        );
+        assert_eq!(CUDA.call(Fun::Exp, Precision::F32, "v1"), "expf(v1)");
         assert_eq!(CUDA.cos_2pi(Precision::F32), "cospif(2.0f * u2)");
         assert_eq!(CUDA.cos_2pi(Precision::F64), "cospi(2.0 * u2)");
         assert_eq!(OPENCL.cos_2pi(Precision::F32), "cospi(2.0f * u2)");

@@ -58,12 +58,13 @@ pub use nablac_abi::manifest;
 #[cfg(test)]
 mod tests;
 
-pub use dialect::{Dialect, CUDA, GLSL, OPENCL};
+pub use dialect::{Dialect, MathFn, CUDA, GLSL, OPENCL};
 pub use fill::sum_names;
 pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
 
 use crate::plan::{Checkpoint, Plan};
-use crate::tape::{is_valid_name, Node, NodeId, Tape, UnaryOp};
+use crate::tape::{Node, NodeId, Tape};
+use crate::verify::Verified;
 
 /// How the scratch buffer is laid out (scratch strategy only).
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
@@ -136,7 +137,7 @@ pub enum EmitError {
     NotAKernelTarget(&'static str),
     #[error("workgroup size {0} is not a power of two in 1..={MAX_WORKGROUP_SIZE}")]
     WorkgroupSize(u32),
-    #[error("--min-blocks must be at least 1")]
+    #[error("min_blocks must be at least 1 (None asks for no launch-bounds hint)")]
     MinBlocks,
     #[error("target {target} cannot {what}")]
     Unsupported { target: &'static str, what: String },
@@ -157,10 +158,11 @@ pub enum EmitError {
     },
 }
 
-/// Emits the kernel for `tape` under `plan` (from `passes::plan` on the same tape) with `opts`.
-/// Guarantees: never panics; the same arguments give the same bytes; the manifest lists every
-/// parameter of the source in binding order.
-pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, EmitError> {
+/// Emits the kernel for the verified tape `v` under `plan` (from `passes::plan` on the same tape)
+/// with `opts`. Guarantees: never panics; the same arguments give the same bytes; the manifest
+/// lists every parameter of the source in binding order.
+pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, EmitError> {
+    let tape = v.tape();
     let d = Dialect::of(opts.target).ok_or(EmitError::NotAKernelTarget(opts.target.name()))?;
     let wg = opts.workgroup_size;
     if !wg.is_power_of_two() || wg > MAX_WORKGROUP_SIZE {
@@ -177,7 +179,6 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
         }
         _ => {}
     }
-    check_tape(tape)?;
     check_plan_shape(tape, plan)?;
     let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
     let strategy = if checkpointed {
@@ -223,20 +224,30 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
         } else {
             "ulong"
         },
-        cones: body::cones(tape),
+        info: v.info(),
     };
     body.check_reads().map_err(EmitError::Plan)?;
-    if opts.target == Target::Glsl && opts.precision == Precision::F64 {
+    if opts.precision == Precision::F64 {
         let (normal, uniform) = body.draws_used();
-        let transcendental = tape.ids().any(|v| {
-            plan.activity.live[v.index()]
-                && matches!(tape.node(v), Node::Unary(UnaryOp::Exp | UnaryOp::Log, _))
-        });
-        if normal || uniform || transcendental {
+        let mut missing: Vec<MathFn> = body
+            .math_used()
+            .into_iter()
+            .filter(|&f| !d.has_f64(f))
+            .collect();
+        if (normal || uniform) && !d.has_f64(MathFn::Log) {
+            missing.push(MathFn::Log);
+        }
+        if !missing.is_empty() {
+            let names: Vec<String> = missing
+                .iter()
+                .map(|f| format!("{f:?}").to_lowercase())
+                .collect();
             return Err(EmitError::Unsupported {
                 target: opts.target.name(),
-                what: "compute exp, log or cos in f64 (GLSL 450 has them for float only); use f32"
-                    .into(),
+                what: format!(
+                    "compute {} in f64 (GLSL 450 has them for float only; draws need log and cos); use f32",
+                    names.join(", ")
+                ),
             });
         }
     }
@@ -257,65 +268,6 @@ pub fn emit(tape: &Tape, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emit
     let source = skeleton::render(&body, opts)?;
     let manifest = fill::build(tape, plan, opts, &body)?;
     Ok(Kernel { source, manifest })
-}
-
-/// The structural rules of TAPE-FORMAT.md the emitter relies on (a verified tape passes).
-fn check_tape(tape: &Tape) -> Result<(), EmitError> {
-    let bad = |m: String| Err(EmitError::Tape(m));
-    if tape.outputs.is_empty() {
-        return bad("the tape has no output".into());
-    }
-    if u32::try_from(tape.len()).is_err() {
-        return bad("more than 2^32 nodes".into());
-    }
-    for input in &tape.inputs {
-        if !is_valid_name(&input.name) {
-            return bad(format!(
-                "input name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}",
-                input.name
-            ));
-        }
-    }
-    let mut input_seen = vec![false; tape.inputs.len()];
-    for (i, node) in tape.nodes.iter().enumerate() {
-        let v = NodeId(i as u32);
-        for a in node.args() {
-            if a.0 >= v.0 {
-                return bad(format!("{v} reads {a}, which is not an earlier node"));
-            }
-        }
-        match *node {
-            Node::Input(k) => match input_seen.get_mut(k as usize) {
-                Some(seen) if !*seen => *seen = true,
-                Some(_) => return bad(format!("{v}: input {k} is used by two input nodes")),
-                None => return bad(format!("{v}: input index {k} is out of range")),
-            },
-            Node::Const(k) => match tape.consts.get(k as usize) {
-                Some(c) if c.is_finite() => {}
-                Some(c) => return bad(format!("{v}: constant {c} is not finite")),
-                None => return bad(format!("{v}: constant index {k} is out of range")),
-            },
-            _ => {}
-        }
-    }
-    if let Some(k) = input_seen.iter().position(|s| !s) {
-        return bad(format!("input {k} has no input node"));
-    }
-    for out in &tape.outputs {
-        if !is_valid_name(&out.name) {
-            return bad(format!(
-                "output name {:?} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}",
-                out.name
-            ));
-        }
-        if out.node.index() >= tape.len() {
-            return bad(format!(
-                "output {} names {}, past the last node",
-                out.name, out.node
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The plan's tables have the tape's sizes and its ids are in range (so rendering cannot index

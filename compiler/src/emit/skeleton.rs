@@ -35,6 +35,10 @@ struct Skeleton {
     dzero: String,
     scratch: bool,
     opaque: bool,
+    /// Exp arguments go through `opq` (`Dialect::opaque_exp_argument`).
+    opaque_exp: bool,
+    /// Definitions of math functions the language lacks (`Dialect::helpers`), or empty.
+    helpers: String,
     draws: bool,
     normal: bool,
     uniform: bool,
@@ -136,6 +140,8 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         dzero: d.literal(0.0, Precision::F64),
         scratch: body.scratch.is_some(),
         opaque: body.uses_opaque(),
+        opaque_exp: d.opaque_exp_argument,
+        helpers: d.helpers(&body.math_used()),
         draws: normal || uniform,
         normal,
         uniform,

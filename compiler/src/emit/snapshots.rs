@@ -9,7 +9,7 @@
 use super::tests::{asian, european, planned, poly};
 use super::*;
 use crate::plan::Checkpoint;
-use crate::tape::Tape;
+use crate::verify::Verified;
 
 fn target_dir(target: Target) -> &'static str {
     match target {
@@ -29,7 +29,7 @@ fn snapshot(target: Target, name: &str, text: &str) {
 
 struct Case {
     name: &'static str,
-    tape: Tape,
+    tape: Verified,
     segments: u32,
     strategy: Checkpoint,
     opts: EmitOptions,

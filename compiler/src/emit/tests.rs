@@ -6,6 +6,8 @@ use crate::passes::{activity, liveness};
 use crate::plan::{Checkpoint, OpacityPlan, Plan, Segment, SegmentPlan};
 use crate::products::{record, Market, Options, Product};
 use crate::tape::{BinaryOp, Input, Node, NodeId, Output, Tape, UnaryOp};
+use crate::testing::verified;
+use crate::verify::Verified;
 use std::collections::BTreeSet;
 
 // ---------------------------------------------------------------------------------------------
@@ -59,23 +61,24 @@ impl Rec {
 }
 
 /// The European call from the product recorder (24 nodes, one draw), at the default market.
-pub(super) fn european() -> Tape {
+pub(super) fn european() -> Verified {
     product(Product::EuropeanCall, None)
 }
 
 /// The arithmetic Asian call with `steps` monitoring dates from the product recorder: the
 /// reference layout of 15 + 6 * steps + 9 nodes (1536 at 252; step k occupies 15 + 6k .. 21 + 6k).
-pub(super) fn asian(steps: u32) -> Tape {
+pub(super) fn asian(steps: u32) -> Verified {
     product(Product::AsianCall, Some(steps))
 }
 
-fn product(p: Product, steps: Option<u32>) -> Tape {
+fn product(p: Product, steps: Option<u32>) -> Verified {
     let mut options = Options::defaults(p);
     if let Some(steps) = steps {
         options.steps = steps;
     }
-    record(p, &options, &Market::default())
-        .unwrap_or_else(|e| panic!("recording {}: {e}", p.name()))
+    let tape = record(p, &options, &Market::default())
+        .unwrap_or_else(|e| panic!("recording {}: {e}", p.name()));
+    crate::verify::verify(tape).expect("a recorded tape verifies")
 }
 
 /// The cuts at the starts of the Asian's steps `floor(s * steps / segments)`, s = 1..segments.
@@ -87,17 +90,6 @@ fn asian_cuts(steps: u32, segments: u32) -> Vec<u32> {
 
 fn is_const(tape: &Tape, v: NodeId) -> bool {
     matches!(tape.node(v), Node::Const(_))
-}
-
-/// The forward values an adjoint rule reads (TAPE-FORMAT.md).
-fn adjoint_reads(node: &Node, id: NodeId) -> Vec<NodeId> {
-    match *node {
-        Node::Binary(BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min, a, b) => vec![a, b],
-        Node::Binary(BinaryOp::Div, _, b) => vec![b, id],
-        Node::Unary(UnaryOp::Exp | UnaryOp::Sqrt, _) => vec![id],
-        Node::Unary(UnaryOp::Log | UnaryOp::Abs, a) => vec![a],
-        _ => vec![],
-    }
 }
 
 /// A plan with the given cuts, built by the rules `crate::plan` documents (test-only stand-in
@@ -157,7 +149,7 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
         for v in range.clone().rev().map(NodeId) {
             if live[v.index()] && act.active[v.index()] {
                 needed.extend(
-                    adjoint_reads(tape.node(v), v)
+                    crate::passes::adjoint_reads(tape.node(v), v, &act.active)
                         .into_iter()
                         .filter(|&r| local(r)),
                 );
@@ -185,7 +177,7 @@ pub(super) fn plan_with_cuts(tape: &Tape, cuts: &[u32], strategy: Checkpoint) ->
                 reads.extend(node.args());
             }
             if act.active[v.index()] {
-                reads.extend(adjoint_reads(node, v));
+                reads.extend(crate::passes::adjoint_reads(node, v, &act.active));
             }
         }
         // Bookmarks: what the block reads back from before the segment.
@@ -256,7 +248,7 @@ pub(super) fn opts(target: Target, mode: Mode) -> EmitOptions {
 }
 
 /// The cases every target is checked on: (name, tape, plan).
-pub(super) fn cases() -> Vec<(&'static str, Tape, Plan)> {
+pub(super) fn cases() -> Vec<(&'static str, Verified, Plan)> {
     let e = european();
     let a = asian(8);
     let cuts = asian_cuts(8, 2);
@@ -303,7 +295,7 @@ fn dump_for_compilers() {
                             scratch_layout: layout,
                             ..EmitOptions::default()
                         };
-                        let Ok(k) = emit(&tape, &plan, &o) else {
+                        let Ok(k) = emit(&verified(&tape), &plan, &o) else {
                             continue;
                         };
                         let ext = match target {
@@ -334,7 +326,7 @@ fn mode_name(m: Mode) -> &'static str {
 
 /// A tape with no draws and no transcendentals (GLSL f64 can compile it), two outputs, a dead
 /// node and an inactive branch: x*y + |x| / sqrt(y), min/max, and a const output.
-pub(super) fn poly() -> Tape {
+pub(super) fn poly() -> Verified {
     use BinaryOp::*;
     let mut r = Rec::new();
     let x = r.input("x", 1.5);
@@ -353,7 +345,7 @@ pub(super) fn poly() -> Tape {
     let hi = r.bin(Max, lo, y);
     let n = r.un(UnaryOp::Neg, hi);
     let out2 = r.bin(Sub, n, x);
-    r.finish(&[("first", hi), ("second", out2)])
+    verified(&r.finish(&[("first", hi), ("second", out2)]))
 }
 
 fn count(hay: &str, needle: &str) -> usize {
@@ -391,7 +383,7 @@ pub(super) fn planned(tape: &Tape, segments: u32, strategy: Checkpoint) -> Plan 
         segments: Some(segments),
         ..Default::default()
     };
-    crate::passes::plan(tape, &opts)
+    crate::passes::plan(&verified(tape), &opts)
 }
 
 #[test]
@@ -401,7 +393,7 @@ fn asian_252_at_16_segments_in_glsl() {
     let plan = planned(&tape, 16, Checkpoint::Registers);
     assert_eq!(plan.segments.segments.len(), 16);
     assert_eq!(plan.segments.persistent.len(), 38);
-    let k = emit(&tape, &plan, &opts(Target::Glsl, Mode::Reverse)).unwrap();
+    let k = emit(&verified(&tape), &plan, &opts(Target::Glsl, Mode::Reverse)).unwrap();
     let src = &k.source;
     assert_eq!(k.manifest.persistent, 38);
     assert_eq!(k.manifest.segments, 16);
@@ -469,7 +461,7 @@ fn emit_is_deterministic() {
                     annotate: true,
                     ..opts(target, mode)
                 };
-                let a = emit(&tape, &plan, &o);
+                let a = emit(&verified(&tape), &plan, &o);
                 let b = emit(&tape.clone(), &plan.clone(), &o);
                 assert_eq!(a, b, "{name} {target:?} {mode:?}");
             }
@@ -508,7 +500,7 @@ fn constants_round_trip() {
                 precision: p,
                 ..opts(target, Mode::Price)
             };
-            let src = emit(&tape, &plan, &o).unwrap().source;
+            let src = emit(&verified(&tape), &plan, &o).unwrap().source;
             let body = section(&src, "// forward sweep", "// leaves");
             let muls: Vec<&str> = body.iter().filter(|l| l.contains(" * ")).copied().collect();
             assert_eq!(muls.len(), consts.len());
@@ -551,7 +543,7 @@ fn constants_round_trip() {
 fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     let tape = poly();
     let plan = plain_plan(&tape);
-    let src = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse))
+    let src = emit(&verified(&tape), &plan, &opts(Target::Cuda, Mode::Reverse))
         .unwrap()
         .source;
     // %2 is dead: never computed. %10 (c*c) is live but inactive: computed, no adjoint.
@@ -576,7 +568,7 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     assert!(!src.contains("d13_0 += d14_0;"));
     assert!(!src.contains("d12_0 -= d13_0;"));
     // Leaves: per output value, value², then one Greek per input.
-    let k = emit(&tape, &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap();
+    let k = emit(&verified(&tape), &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap();
     assert_eq!(
         k.manifest.sums,
         [
@@ -593,7 +585,7 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     assert!(src.contains("acc6 = (double)(d0_1);"));
     assert!(src.contains("double acc7 = 0.0;") && !src.contains("acc8"));
     // Price: no adjoints, no opaque reads, two sums per output.
-    let price = emit(&tape, &plan, &opts(Target::Cuda, Mode::Price)).unwrap();
+    let price = emit(&verified(&tape), &plan, &opts(Target::Cuda, Mode::Price)).unwrap();
     assert!(!price.source.contains("d0"));
     assert_eq!(price.manifest.sums.len(), 4);
     assert!(price.source.contains("double acc3 = 0.0;") && !price.source.contains("acc4"));
@@ -619,7 +611,7 @@ fn scratch_kernels_write_and_read_back_each_slot() {
             scratch_layout: layout,
             ..opts(Target::Cuda, Mode::Reverse)
         };
-        let k = emit(&tape, &plan, &o).unwrap();
+        let k = emit(&verified(&tape), &plan, &o).unwrap();
         let fwd = k
             .source
             .split("// reverse sweep")
@@ -676,7 +668,7 @@ fn scratch_kernels_write_and_read_back_each_slot() {
     }
     // GLSL has no scratch strategy.
     assert!(matches!(
-        emit(&tape, &plan, &opts(Target::Glsl, Mode::Reverse)),
+        emit(&verified(&tape), &plan, &opts(Target::Glsl, Mode::Reverse)),
         Err(EmitError::Unsupported { target: "glsl", .. })
     ));
 }
@@ -699,7 +691,7 @@ fn manifest_describes_the_abi() {
         } else {
             o
         };
-        let k = emit(&tape, &plan, &o).unwrap();
+        let k = emit(&verified(&tape), &plan, &o).unwrap();
         let m = &k.manifest;
         assert_eq!(m.manifest_version, MANIFEST_VERSION);
         assert_eq!(m.target, target);
@@ -771,7 +763,7 @@ fn cuda_source_has_no_include_and_a_c_entry_point() {
     for (_, tape, plan) in cases() {
         for p in [Precision::F32, Precision::F64] {
             let src = emit(
-                &tape,
+                &verified(&tape),
                 &plan,
                 &EmitOptions {
                     precision: p,
@@ -817,7 +809,7 @@ fn opaque_identity_per_dialect() {
     ];
     for (target, p, body) in expect {
         let src = emit(
-            &tape,
+            &verified(&tape),
             &plan,
             &EmitOptions {
                 precision: p,
@@ -833,7 +825,7 @@ fn opaque_identity_per_dialect() {
     let tape = poly();
     let plan = plan_with_cuts(&tape, &[8], Checkpoint::Registers);
     let src = emit(
-        &tape,
+        &verified(&tape),
         &plan,
         &EmitOptions {
             precision: Precision::F64,
@@ -858,7 +850,7 @@ fn glsl_exp_arguments_are_opaque() {
         (Target::Opencl, "exp(v14)"),
     ] {
         for mode in [Mode::Price, Mode::Reverse] {
-            let src = emit(&tape, &plain_plan(&tape), &opts(target, mode))
+            let src = emit(&verified(&tape), &plain_plan(&tape), &opts(target, mode))
                 .unwrap()
                 .source;
             assert!(src.contains(want), "{target:?} {mode:?}");
@@ -871,7 +863,7 @@ fn glsl_exp_arguments_are_opaque() {
 fn annotations_name_the_tape_node() {
     let tape = european();
     let src = emit(
-        &tape,
+        &verified(&tape),
         &plain_plan(&tape),
         &EmitOptions {
             annotate: true,
@@ -885,7 +877,7 @@ fn annotations_name_the_tape_node() {
     assert!(src.contains("float v12 = draw_normal(0u, plo, phi, key0, key1); // %12 = normal 0"));
     assert!(src.contains("d14 += d15 * v15; // %15 = exp %14"));
     let plain = emit(
-        &tape,
+        &verified(&tape),
         &plain_plan(&tape),
         &opts(Target::Opencl, Mode::Reverse),
     )
@@ -903,11 +895,14 @@ fn errors_name_the_problem() {
             workgroup_size: wg,
             ..EmitOptions::default()
         };
-        assert_eq!(emit(&tape, &plan, &o), Err(EmitError::WorkgroupSize(wg)));
+        assert_eq!(
+            emit(&verified(&tape), &plan, &o),
+            Err(EmitError::WorkgroupSize(wg))
+        );
     }
     for wg in [1, 2, 64, 1024] {
         assert!(emit(
-            &tape,
+            &verified(&tape),
             &plan,
             &EmitOptions {
                 workgroup_size: wg,
@@ -917,48 +912,31 @@ fn errors_name_the_problem() {
         .is_ok());
     }
     assert_eq!(
-        emit(&tape, &plan, &opts(Target::Cpu, Mode::Reverse)),
+        emit(&verified(&tape), &plan, &opts(Target::Cpu, Mode::Reverse)),
         Err(EmitError::NotAKernelTarget("cpu"))
     );
     let glsl64 = EmitOptions {
         precision: Precision::F64,
         ..opts(Target::Glsl, Mode::Price)
     };
-    let e = emit(&tape, &plan, &glsl64).unwrap_err();
+    let e = emit(&verified(&tape), &plan, &glsl64).unwrap_err();
     assert!(e.to_string().contains("f64"), "{e}");
     // A plan for another tape.
     let other = plain_plan(&asian(2));
     assert!(matches!(
-        emit(&tape, &other, &EmitOptions::default()),
+        emit(&verified(&tape), &other, &EmitOptions::default()),
         Err(EmitError::Plan(_))
     ));
     // A plan whose segment reads a local of another segment.
     let mut bad = plan_with_cuts(&tape, &[10], Checkpoint::Registers);
     bad.segments.persistent.retain(|v| v.0 != 9);
     assert!(
-        matches!(emit(&tape, &bad, &EmitOptions::default()), Err(EmitError::Plan(m)) if m.contains("%9"))
+        matches!(emit(&verified(&tape), &bad, &EmitOptions::default()), Err(EmitError::Plan(m)) if m.contains("%9"))
     );
-    // Malformed tapes: forward reference, bad name, bad const index.
-    let mut t = tape.clone();
-    t.nodes[5] = Node::Binary(BinaryOp::Mul, NodeId(2), NodeId(7));
-    assert!(
-        matches!(emit(&t, &plan, &EmitOptions::default()), Err(EmitError::Tape(m)) if m.contains("%5"))
-    );
-    let mut t = tape.clone();
-    t.inputs[0].name = "spot price".into();
-    assert!(matches!(
-        emit(&t, &plan, &EmitOptions::default()),
-        Err(EmitError::Tape(_))
-    ));
-    let mut t = tape.clone();
-    t.nodes[6] = Node::Const(99);
-    assert!(matches!(
-        emit(&t, &plan, &EmitOptions::default()),
-        Err(EmitError::Tape(_))
-    ));
-    let mut t = tape.clone();
+    // (Malformed tapes cannot reach `emit`: it takes only a `Verified` tape.)
+    let mut t = tape.clone().into_tape();
     t.consts[0] = 1e300;
-    let e = emit(&t, &plan, &EmitOptions::default()).unwrap_err();
+    let e = emit(&verified(&t), &plan, &EmitOptions::default()).unwrap_err();
     assert_eq!(
         e,
         EmitError::ConstOverflow {
@@ -968,7 +946,7 @@ fn errors_name_the_problem() {
         }
     );
     assert!(emit(
-        &t,
+        &verified(&t),
         &plan,
         &EmitOptions {
             precision: Precision::F64,
@@ -976,15 +954,17 @@ fn errors_name_the_problem() {
         }
     )
     .is_ok());
-    let mut t = tape;
-    t.outputs[0].node = NodeId(999);
-    assert!(emit(&t, &plan, &EmitOptions::default()).is_err());
 }
 
 #[test]
 fn tape_hash_is_the_content_hash() {
     let tape = european();
-    let k = emit(&tape, &plain_plan(&tape), &EmitOptions::default()).unwrap();
+    let k = emit(
+        &verified(&tape),
+        &plain_plan(&tape),
+        &EmitOptions::default(),
+    )
+    .unwrap();
     assert_eq!(k.manifest.tape_hash, crate::format::content_hash(&tape));
     assert_ne!(
         crate::format::content_hash(&tape),
@@ -997,7 +977,7 @@ fn tape_hash_is_the_content_hash() {
 fn print_reference() {
     for (name, tape) in [("european", european()), ("asian8", asian(8))] {
         let inputs = crate::reference::recorded_inputs(&tape);
-        let r = crate::reference::evaluate(&tape, &inputs, 42, 4096).unwrap();
+        let r = crate::reference::evaluate(&verified(&tape), &inputs, 42, 4096).unwrap();
         println!("{name}: {r:?}");
     }
 }
@@ -1007,7 +987,7 @@ fn min_blocks_is_cuda_launch_bounds() {
     let (_, tape, plan) = cases().remove(2); // asian8_ckpt2
     let with = |target, min_blocks| {
         emit(
-            &tape,
+            &verified(&tape),
             &plan,
             &EmitOptions {
                 min_blocks,

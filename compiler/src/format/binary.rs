@@ -13,8 +13,9 @@ use crate::verify::{self, InputField, NodeField, OutputField, Place};
 
 /// The first four bytes of every binary tape.
 pub const MAGIC: [u8; 4] = *b"NTAP";
-/// The only version this crate reads and writes.
-pub const VERSION: u16 = 1;
+/// The newest version this crate reads; a writer writes `Tape::format()` (1 unless the tape uses
+/// a format-2 op), so every version-1 tape stays byte-identical.
+pub const VERSION: u16 = 2;
 /// Header size in bytes.
 pub const HEADER_LEN: usize = 32;
 /// One node record: (u8 op, u8 0, u16 0, u32 a, u32 b).
@@ -74,6 +75,7 @@ impl<'a> Cursor<'a> {
 }
 
 struct Header {
+    version: u16,
     n_inputs: u32,
     n_outputs: u32,
     n_consts: u32,
@@ -92,7 +94,7 @@ fn read_header(c: &mut Cursor) -> Result<Header, FormatError> {
         ));
     }
     let version = c.u16(|| "the version".into())?;
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         return Err(FormatError::at_offset(4, Rule::Version(version)));
     }
     let flags = c.u16(|| "the flags".into())?;
@@ -109,6 +111,7 @@ fn read_header(c: &mut Cursor) -> Result<Header, FormatError> {
         return Err(FormatError::at_offset(28, Rule::Reserved(reserved)));
     }
     Ok(Header {
+        version,
         n_inputs,
         n_outputs,
         n_consts,
@@ -216,6 +219,16 @@ pub fn read_binary(bytes: &[u8]) -> Result<Tape, FormatError> {
                 Rule::UnknownOpCode { node: i, code },
             ));
         };
+        if node.op().format() > h.version {
+            return Err(FormatError::at_offset(
+                at,
+                Rule::OpNeedsVersion {
+                    node: i,
+                    op: node.op().name(),
+                    version: h.version,
+                },
+            ));
+        }
         if pad != [0, 0, 0] {
             return Err(FormatError::at_offset(
                 at + 1,
@@ -311,7 +324,7 @@ pub fn write_binary(tape: &Tape) -> Vec<u8> {
             + tape.inputs.len() * 24,
     );
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&tape.format().to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     for n in [
         tape.inputs.len(),

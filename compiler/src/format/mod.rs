@@ -75,7 +75,7 @@ pub enum Rule {
     // --- binary encoding ---
     #[error("bad magic {found:?} (a binary tape starts with `NTAP`)")]
     BadMagic { found: Vec<u8> },
-    #[error("unsupported version {0} (this reader knows version 1)")]
+    #[error("unsupported version {0} (this reader knows versions 1 and 2)")]
     Version(u16),
     #[error("unknown flag bits {0:#06x} (flags must be 0 in version 1)")]
     UnknownFlags(u16),
@@ -97,6 +97,12 @@ pub enum Rule {
     BadUtf8 { what: String },
     #[error("unknown op code {code} at node %{node}")]
     UnknownOpCode { node: u32, code: u8 },
+    #[error("node %{node}: op `{op}` needs tape format 2, but the tape says version {version}")]
+    OpNeedsVersion {
+        node: u32,
+        op: &'static str,
+        version: u16,
+    },
     #[error("node %{node}: padding bytes must be 0, found {found:02x?}")]
     Padding { node: u32, found: [u8; 3] },
     #[error("node %{node}: unused argument b is {value} (an unused argument is 0)")]
@@ -104,9 +110,9 @@ pub enum Rule {
     // --- text syntax ---
     #[error("the text is not valid UTF-8")]
     TextUtf8,
-    #[error("missing header: the first statement must be `nablatape 1`")]
+    #[error("missing header: the first statement must be `nablatape 1` or `nablatape 2`")]
     MissingHeader,
-    #[error("unsupported version `{0}` (the header is `nablatape 1`)")]
+    #[error("unsupported version `{0}` (the header is `nablatape 1` or `nablatape 2`)")]
     TextVersion(String),
     #[error("node numbering gap: expected %{expected}, found `{found}` (nodes count up from %0)")]
     Numbering { expected: u32, found: String },

@@ -308,9 +308,14 @@ fn binary_header_refusals() {
         "truncated while reading the magic: 4 bytes needed, 2 left",
     );
     assert_at_offset(
-        &refuse_bin(|b| b[4] = 2),
+        &refuse_bin(|b| b[4] = 3),
         4,
-        "unsupported version 2 (this reader knows version 1)",
+        "unsupported version 3 (this reader knows versions 1 and 2)",
+    );
+    assert_at_offset(
+        &refuse_bin(|b| b[4] = 0),
+        4,
+        "unsupported version 0 (this reader knows versions 1 and 2)",
     );
     assert_at_offset(&refuse_bin(|b| b[7] = 0x80), 6, "unknown flag bits 0x8000");
     assert_at_offset(
@@ -597,16 +602,16 @@ fn text_syntax_refusals() {
         "missing header",
     );
     assert_at_line(
-        &refuse_text(&with_line(1, "nablatape 2")),
+        &refuse_text(&with_line(1, "nablatape 3")),
         1,
         11,
-        "unsupported version `2` (the header is `nablatape 1`)",
+        "unsupported version `3` (the header is `nablatape 1` or `nablatape 2`)",
     );
     assert_at_line(
         &refuse_text(&with_line(1, "nablatape")),
         1,
         10,
-        "expected the version `1` after `nablatape`",
+        "expected the version `1` or `2` after `nablatape`",
     );
     assert_at_line(
         &refuse_text(&with_line(1, "nablatape 1 x y")),
@@ -636,7 +641,13 @@ fn text_syntax_refusals() {
         &refuse_text(&with_line(6, "%4 = pow %0 %3")),
         6,
         6,
-        "unknown op `pow`",
+        "node %4: op `pow` needs tape format 2, but the tape says version 1",
+    );
+    assert_at_line(
+        &refuse_text(&with_line(6, "%4 = power %0 %3")),
+        6,
+        6,
+        "unknown op `power`",
     );
     assert_at_line(&refuse_text(&with_line(6, "%4 =")), 6, 5, "expected an op");
     assert_at_line(

@@ -14,8 +14,10 @@ use crate::verify::{self, InputField, NodeField, OutputField, Place};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// The header line.
-pub const HEADER: &str = "nablatape 1";
+/// The header of a tape that needs format `version` (1 or 2): `nablatape 1`, `nablatape 2`.
+pub fn header(version: u16) -> String {
+    format!("nablatape {version}")
+}
 
 /// One node's statement as `write_text` prints it (`%4 = mul %0 %3`), without a newline. Never
 /// panics: on a malformed tape an out-of-range input or const index prints as `?K`.
@@ -66,7 +68,7 @@ pub fn output_statement(output: &Output) -> String {
 /// `\n`. For a valid tape, `read_text` of the result is `canonicalize(tape)`. Never panics.
 pub fn write_text(tape: &Tape) -> String {
     let mut s = String::with_capacity(16 + 24 * (tape.nodes.len() + tape.outputs.len()));
-    s.push_str(HEADER);
+    s.push_str(&header(tape.format()));
     s.push('\n');
     for id in 0..tape.nodes.len() {
         s.push_str(&node_statement(tape, NodeId(id as u32)));
@@ -180,7 +182,8 @@ struct Reader {
     tape: Tape,
     pos: Positions,
     const_of_bits: BTreeMap<u64, u32>,
-    header: bool,
+    /// The version the header declared; 0 before the header.
+    version: u16,
     in_outputs: bool,
 }
 
@@ -202,7 +205,7 @@ pub fn read_text(bytes: &[u8]) -> Result<Tape, FormatError> {
         tape: Tape::default(),
         pos: Positions::default(),
         const_of_bits: BTreeMap::new(),
-        header: false,
+        version: 0,
         in_outputs: false,
     };
     let mut n_lines = 0;
@@ -216,7 +219,7 @@ pub fn read_text(bytes: &[u8]) -> Result<Tape, FormatError> {
         r.statement(i + 1, &tokens, end_col)?;
     }
     r.pos.end = n_lines + 1;
-    if !r.header {
+    if r.version == 0 {
         return Err(FormatError::at_line(1, 1, Rule::MissingHeader));
     }
     // 1 + the highest draw index; an index of u32::MAX cannot be below any n_draws, and the verifier
@@ -277,16 +280,17 @@ impl Reader {
             }
         };
 
-        if !self.header {
+        if self.version == 0 {
             if t[0].text != "nablatape" {
                 return Err(err(t[0].col, Rule::MissingHeader));
             }
-            let v = need(1, "the version `1` after `nablatape`")?;
-            if v.text != "1" {
-                return Err(err(v.col, Rule::TextVersion(v.text.into())));
-            }
+            let v = need(1, "the version `1` or `2` after `nablatape`")?;
+            self.version = match v.text {
+                "1" => 1,
+                "2" => 2,
+                _ => return Err(err(v.col, Rule::TextVersion(v.text.into()))),
+            };
             no_more(2)?;
-            self.header = true;
             return Ok(());
         }
 
@@ -336,6 +340,16 @@ impl Reader {
             let op_tok = need(2, "an op")?;
             let op = Op::from_name(op_tok.text)
                 .ok_or_else(|| err(op_tok.col, Rule::UnknownOp(op_tok.text.into())))?;
+            if op.format() > self.version {
+                return Err(err(
+                    op_tok.col,
+                    Rule::OpNeedsVersion {
+                        node: self.tape.nodes.len() as u32,
+                        op: op.name(),
+                        version: self.version,
+                    },
+                ));
+            }
             let (node, a_col, b_col, next) = match op {
                 Op::Input => {
                     let name = need(3, "the input's name")?;

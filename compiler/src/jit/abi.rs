@@ -4,7 +4,7 @@
 use crate::emit::manifest::Precision;
 use cranelift_codegen::ir::{types, AbiParam, Signature};
 use cranelift_codegen::isa::CallConv;
-use nablac_abi::cpu::{libm_name, ENTRY_PARAMS};
+use nablac_abi::cpu::{ENTRY_PARAMS, LIBM};
 
 /// The calling convention the CLIF text is written in (`nablac_abi::cpu::TEXT_CALL_CONV`).
 pub(super) const CALL_CONV: CallConv = CallConv::SystemV;
@@ -16,9 +16,14 @@ pub(super) fn entry_signature() -> Signature {
     abi
 }
 
-/// The symbols of `exp`, `log` and `cos` for a kernel of `precision`, from `nablac_abi::cpu::LIBM`.
-pub(super) fn libm_names(precision: Precision) -> [&'static str; 3] {
-    ["exp", "log", "cos"].map(|f| libm_name(f, precision).expect("exp, log and cos are in LIBM"))
+/// The symbol and arity of libm function `f64_name` for a kernel of `precision`, from
+/// `nablac_abi::cpu::LIBM`.
+pub(super) fn libm(f64_name: &str, precision: Precision) -> (&'static str, usize) {
+    let f = LIBM
+        .iter()
+        .find(|f| f.f64 == f64_name)
+        .unwrap_or_else(|| panic!("{f64_name} is in nablac_abi::cpu::LIBM"));
+    (f.name(precision), f.arity)
 }
 
 #[cfg(test)]
@@ -32,8 +37,8 @@ mod tests {
             CallConv::from_str(nablac_abi::cpu::TEXT_CALL_CONV),
             Ok(CALL_CONV)
         );
-        assert_eq!(libm_names(Precision::F32), ["expf", "logf", "cosf"]);
-        assert_eq!(libm_names(Precision::F64), ["exp", "log", "cos"]);
+        assert_eq!(libm("exp", Precision::F32), ("expf", 1));
+        assert_eq!(libm("pow", Precision::F64), ("pow", 2));
         assert_eq!(entry_signature().params.len(), 5);
     }
 }

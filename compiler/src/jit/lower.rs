@@ -15,17 +15,19 @@
 //! block2: return
 //! ```
 //!
-//! Adjoints follow TAPE-FORMAT.md literally: an adjoint starts at +0.0 and each rule adds (or
-//! subtracts) its contribution in argument order, so `max`/`min` route the whole adjoint to one
-//! argument (ties to the first) and `abs` multiplies by sign(a) with sign(0) = 0. Only active
-//! nodes receive contributions; dead nodes are never emitted.
+//! Values and adjoints are `crate::ops`'s rules, built as CLIF: an adjoint starts at +0.0 and
+//! each step adds (or subtracts) its contribution in the table's order; a branching step (`max`,
+//! `min`, `abs`) is a `select`, not a branch. Only active nodes receive contributions; dead nodes
+//! are never emitted. `exp`, `log`, `cos` are always imported (the draws need log and cos);
+//! `tanh`, `erfc`, `pow` only where a live node's rule calls them.
 
-use super::abi::{entry_signature, libm_names, CALL_CONV};
+use super::abi::{entry_signature, libm, CALL_CONV};
 use super::{JitError, Options};
 use crate::emit::manifest::{Mode, Precision};
+use crate::ops::{self, Arg, Arith, Cmp, Cond, Expr, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::plan::Activity;
-use crate::tape::{BinaryOp, DrawKind, Node, NodeId, Tape, UnaryOp};
+use crate::tape::{DrawKind, Node, NodeId, Tape};
+use crate::verify::Verified;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, BlockArg, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
@@ -39,7 +41,6 @@ use target_lexicon::PointerWidth;
 struct K {
     zero: Value,
     one: Value,
-    mone: Value,
     half: Value,
     mtwo: Value,
     tau: Value,
@@ -55,11 +56,26 @@ struct Ctx<'a> {
     exp: FuncRef,
     log: FuncRef,
     cos: FuncRef,
+    /// Imported only where a rule calls them.
+    tanh: Option<FuncRef>,
+    erfc: Option<FuncRef>,
+    pow: Option<FuncRef>,
     tape: &'a Tape,
     active: &'a [bool],
+    /// The literals of every rule the tape uses, defined once in the entry block (by f64 bits).
+    lits: Vec<(u64, Value)>,
 }
 
 impl Ctx<'_> {
+    /// The entry block's value of rule literal `x`.
+    fn lit(&self, x: f64) -> Value {
+        self.lits
+            .iter()
+            .find(|(bits, _)| *bits == x.to_bits())
+            .map(|&(_, v)| v)
+            .expect("every rule literal is defined in the entry block")
+    }
+
     fn fconst(&self, b: &mut FunctionBuilder, x: f64) -> Value {
         match self.precision {
             Precision::F64 => b.ins().f64const(x),
@@ -166,40 +182,77 @@ fn draw(
     }
 }
 
-/// The forward value of one node from its arguments' values (draws and inputs handled by the caller).
-fn forward(cx: &Ctx, b: &mut FunctionBuilder, node: &Node, val: &[Option<Value>]) -> Value {
-    let v = |id: NodeId| val[id.index()].expect("arguments are emitted before their readers");
-    match *node {
-        Node::Const(k) => cx.fconst(b, cx.tape.consts[k as usize]),
-        Node::Unary(op, a) => {
-            let a = v(a);
+/// The CLIF value of rule expression `e` over operands `x` = [A, B, C, D] (`crate::ops`).
+fn expr(cx: &Ctx, b: &mut FunctionBuilder, e: &Expr, x: &[Option<Value>; 4]) -> Value {
+    let operand = |i: usize| x[i].expect("a rule reads only operands its node has");
+    match *e {
+        Expr::A => operand(0),
+        Expr::B => operand(1),
+        Expr::C => operand(2),
+        Expr::D => operand(3),
+        Expr::Lit(v) => cx.lit(v),
+        Expr::Neg(y) => {
+            let y = expr(cx, b, y, x);
+            b.ins().fneg(y)
+        }
+        Expr::Arith(op, y, z) => {
+            let (y, z) = (expr(cx, b, y, x), expr(cx, b, z, x));
             match op {
-                UnaryOp::Neg => b.ins().fneg(a),
-                UnaryOp::Exp => cx.call1(b, cx.exp, a),
-                UnaryOp::Log => cx.call1(b, cx.log, a),
-                UnaryOp::Sqrt => b.ins().sqrt(a),
-                UnaryOp::Abs => b.ins().fabs(a),
+                Arith::Add => b.ins().fadd(y, z),
+                Arith::Sub => b.ins().fsub(y, z),
+                Arith::Mul => b.ins().fmul(y, z),
+                Arith::Div => b.ins().fdiv(y, z),
             }
         }
-        Node::Binary(op, a, c) => {
-            let (a, c) = (v(a), v(c));
-            match op {
-                BinaryOp::Add => b.ins().fadd(a, c),
-                BinaryOp::Sub => b.ins().fsub(a, c),
-                BinaryOp::Mul => b.ins().fmul(a, c),
-                BinaryOp::Div => b.ins().fdiv(a, c),
-                BinaryOp::Max => {
-                    let ge = b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, c);
-                    b.ins().select(ge, a, c)
-                }
-                BinaryOp::Min => {
-                    let le = b.ins().fcmp(FloatCC::LessThanOrEqual, a, c);
-                    b.ins().select(le, a, c)
-                }
+        Expr::Call(f, y) => {
+            let y = expr(cx, b, y, x);
+            match f {
+                Fun::Exp => cx.call1(b, cx.exp, y),
+                Fun::Log => cx.call1(b, cx.log, y),
+                Fun::Sqrt => b.ins().sqrt(y),
+                Fun::Abs => b.ins().fabs(y),
+                Fun::Tanh => cx.call1(b, cx.tanh.expect("tanh is imported where used"), y),
+                Fun::Erfc => cx.call1(b, cx.erfc.expect("erfc is imported where used"), y),
             }
         }
-        Node::Input(_) | Node::Draw(..) => unreachable!("leaves are emitted by the caller"),
+        Expr::Pow(y, z) => {
+            let (y, z) = (expr(cx, b, y, x), expr(cx, b, z, x));
+            let pow = cx.pow.expect("pow is imported where used");
+            let inst = b.ins().call(pow, &[y, z]);
+            b.inst_results(inst)[0]
+        }
+        Expr::Nan => cx.fconst(b, f64::NAN),
+        Expr::Select(c, y, z) => {
+            let c = cond(cx, b, &c, x);
+            let (y, z) = (expr(cx, b, y, x), expr(cx, b, z, x));
+            b.ins().select(c, y, z)
+        }
     }
+}
+
+/// The CLIF truth value (i8, 0 or 1) of rule condition `c`.
+fn cond(cx: &Ctx, b: &mut FunctionBuilder, c: &Cond, x: &[Option<Value>; 4]) -> Value {
+    let (l, r) = (expr(cx, b, c.lhs, x), expr(cx, b, c.rhs, x));
+    let cc = match c.cmp {
+        Cmp::Lt => FloatCC::LessThan,
+        Cmp::Le => FloatCC::LessThanOrEqual,
+        Cmp::Gt => FloatCC::GreaterThan,
+        Cmp::Ge => FloatCC::GreaterThanOrEqual,
+    };
+    b.ins().fcmp(cc, l, r)
+}
+
+/// The forward value of an arithmetic node from its arguments' values (its rule's `value`).
+fn forward(cx: &Ctx, b: &mut FunctionBuilder, node: &Node, val: &[Option<Value>]) -> Value {
+    if let Node::Const(k) = *node {
+        return cx.fconst(b, cx.tape.consts[k as usize]);
+    }
+    let rule = ops::rule(node.op()).expect("leaves are emitted by the caller");
+    let mut args = node
+        .args()
+        .map(|a| Some(val[a.index()].expect("arguments are emitted before their readers")));
+    let x = [args.next().flatten(), args.next().flatten(), None, None];
+    expr(cx, b, &rule.value, &x)
 }
 
 /// The adjoint table of one reverse sweep: `None` is an adjoint still at its initial +0.0.
@@ -208,46 +261,65 @@ struct Adjoints {
     zero: Value,
 }
 
+/// When a guarded adjoint step applies: `(flag, true)` when the i8 `flag` is 1, `(flag, false)`
+/// when it is 0.
+type Guard = Option<(Value, bool)>;
+
 impl Adjoints {
-    fn get(&self, a: NodeId) -> Value {
-        self.adj[a.index()].unwrap_or(self.zero)
-    }
-
-    /// `adj[a] += c` (or `-= c`), skipped when `a` is inactive.
-    fn acc(&mut self, cx: &Ctx, b: &mut FunctionBuilder, a: NodeId, c: Value, plus: bool) {
-        if !cx.active[a.index()] {
-            return;
-        }
-        let old = self.get(a);
-        let new = if plus {
-            b.ins().fadd(old, c)
-        } else {
-            b.ins().fsub(old, c)
-        };
-        self.adj[a.index()] = Some(new);
-    }
-
-    /// `adj[a] += d` when `cond`, unchanged otherwise (the branch of max/min, without a branch).
-    fn acc_if(
+    /// Applies one adjoint step of `node` (arguments `args`) to the table, selecting instead of
+    /// branching; contributions to inactive arguments are skipped.
+    fn step(
         &mut self,
         cx: &Ctx,
         b: &mut FunctionBuilder,
-        a: NodeId,
-        d: Value,
-        cond: Value,
-        when: bool,
+        step: &Step,
+        args: &[NodeId],
+        x: &[Option<Value>; 4],
+        guard: Guard,
     ) {
-        if !cx.active[a.index()] {
-            return;
+        match step {
+            Step::Acc(acc) => {
+                let a = args[if acc.arg == Arg::A { 0 } else { 1 }];
+                if !cx.active[a.index()] {
+                    return;
+                }
+                let old = self.adj[a.index()].unwrap_or(self.zero);
+                let c = expr(cx, b, &acc.expr, x);
+                let new = if acc.sub {
+                    b.ins().fsub(old, c)
+                } else {
+                    b.ins().fadd(old, c)
+                };
+                let new = match guard {
+                    None => new,
+                    Some((flag, true)) => b.ins().select(flag, new, old),
+                    Some((flag, false)) => b.ins().select(flag, old, new),
+                };
+                self.adj[a.index()] = Some(new);
+            }
+            Step::If(c, then, otherwise) => {
+                let flag = cond(cx, b, c, x);
+                let (then_guard, else_guard) = match guard {
+                    None => (Some((flag, true)), Some((flag, false))),
+                    Some((g, pol)) => {
+                        // Nested: apply when the outer guard holds and this condition does (not).
+                        let g = if pol {
+                            g
+                        } else {
+                            b.ins().icmp_imm_u(IntCC::Equal, g, 0)
+                        };
+                        let not_flag = b.ins().icmp_imm_u(IntCC::Equal, flag, 0);
+                        let t = b.ins().band(g, flag);
+                        let e = b.ins().band(g, not_flag);
+                        (Some((t, true)), Some((e, true)))
+                    }
+                };
+                self.step(cx, b, &Step::Acc(*then), args, x, then_guard);
+                if let Some(s) = otherwise {
+                    self.step(cx, b, s, args, x, else_guard);
+                }
+            }
         }
-        let old = self.get(a);
-        let sum = b.ins().fadd(old, d);
-        let new = if when {
-            b.ins().select(cond, sum, old)
-        } else {
-            b.ins().select(cond, old, sum)
-        };
-        self.adj[a.index()] = Some(new);
     }
 }
 
@@ -264,103 +336,34 @@ fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]
         zero,
     };
     t.adj[out.index()] = Some(cx.k.one);
-    let v = |id: NodeId| val[id.index()].expect("live nodes have values");
     for i in (0..=out.index()).rev() {
         let Some(d) = t.adj[i] else { continue };
-        let c = val[i];
-        match cx.tape.nodes[i] {
-            Node::Input(k) => greeks[k as usize] = d,
-            Node::Const(_) | Node::Draw(..) => {}
-            Node::Unary(op, a) => {
-                let va = v(a);
-                let c = c.expect("live nodes have values");
-                if !cx.active[a.index()] {
-                    continue;
-                }
-                match op {
-                    UnaryOp::Neg => t.acc(cx, b, a, d, false),
-                    UnaryOp::Exp => {
-                        let x = b.ins().fmul(d, c);
-                        t.acc(cx, b, a, x, true)
-                    }
-                    UnaryOp::Log => {
-                        let x = b.ins().fdiv(d, va);
-                        t.acc(cx, b, a, x, true)
-                    }
-                    UnaryOp::Sqrt => {
-                        let x = b.ins().fmul(d, cx.k.half);
-                        let x = b.ins().fdiv(x, c);
-                        t.acc(cx, b, a, x, true)
-                    }
-                    UnaryOp::Abs => {
-                        let (z, p1, m1) = (cx.k.zero, cx.k.one, cx.k.mone);
-                        let gt = b.ins().fcmp(FloatCC::GreaterThan, va, z);
-                        let lt = b.ins().fcmp(FloatCC::LessThan, va, z);
-                        let s = b.ins().select(lt, m1, z);
-                        let s = b.ins().select(gt, p1, s);
-                        let x = b.ins().fmul(d, s);
-                        t.acc(cx, b, a, x, true)
-                    }
-                }
-            }
-            Node::Binary(op, a, e) => {
-                let (va, ve) = (v(a), v(e));
-                let (aa, ea) = (cx.active[a.index()], cx.active[e.index()]);
-                match op {
-                    BinaryOp::Add => {
-                        t.acc(cx, b, a, d, true);
-                        t.acc(cx, b, e, d, true);
-                    }
-                    BinaryOp::Sub => {
-                        t.acc(cx, b, a, d, true);
-                        t.acc(cx, b, e, d, false);
-                    }
-                    BinaryOp::Mul => {
-                        if aa {
-                            let x = b.ins().fmul(d, ve);
-                            t.acc(cx, b, a, x, true);
-                        }
-                        if ea {
-                            let x = b.ins().fmul(d, va);
-                            t.acc(cx, b, e, x, true);
-                        }
-                    }
-                    BinaryOp::Div => {
-                        if aa {
-                            let x = b.ins().fdiv(d, ve);
-                            t.acc(cx, b, a, x, true);
-                        }
-                        if ea {
-                            let c = c.expect("live nodes have values");
-                            let x = b.ins().fmul(d, c);
-                            let x = b.ins().fdiv(x, ve);
-                            t.acc(cx, b, e, x, false);
-                        }
-                    }
-                    BinaryOp::Max | BinaryOp::Min => {
-                        let cc = if op == BinaryOp::Max {
-                            FloatCC::GreaterThanOrEqual
-                        } else {
-                            FloatCC::LessThanOrEqual
-                        };
-                        let cond = b.ins().fcmp(cc, va, ve);
-                        t.acc_if(cx, b, a, d, cond, true);
-                        t.acc_if(cx, b, e, d, cond, false);
-                    }
-                }
-            }
+        let node = &cx.tape.nodes[i];
+        if let Node::Input(k) = *node {
+            greeks[k as usize] = d;
+            continue;
+        }
+        let Some(rule) = ops::rule(node.op()) else {
+            continue;
+        };
+        let args: Vec<NodeId> = node.args().collect();
+        let v = |id: NodeId| Some(val[id.index()].expect("live nodes have values"));
+        let x = [
+            args.first().and_then(|&a| v(a)),
+            args.get(1).and_then(|&a| v(a)),
+            val[i],
+            Some(d),
+        ];
+        for step in rule.adjoint {
+            t.step(cx, b, step, &args, &x, None);
         }
     }
     greeks
 }
 
 /// Lowers a verified tape to the CPU block function (see the `jit` module doc for the ABI).
-pub(super) fn lower(
-    tape: &Tape,
-    activity: &Activity,
-    opts: &Options,
-    name: &str,
-) -> Result<Function, JitError> {
+pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function, JitError> {
+    let (tape, activity) = (v.tape(), &v.info().activity);
     let n = tape.len();
     let (ty, precision) = match opts.precision {
         Precision::F64 => (types::F64, Precision::F64),
@@ -371,21 +374,55 @@ pub(super) fn lower(
     unary.params.push(AbiParam::new(ty));
     unary.returns.push(AbiParam::new(ty));
     let unary = func.import_signature(unary);
-    let [exp, log, cos] = libm_names(precision).map(|f| {
-        func.import_function(ExtFuncData {
-            name: ExternalName::testcase(f),
-            signature: unary,
+    let live = &activity.live;
+    // exp, log and cos always (draws); tanh, erfc and pow only where a live node's rule calls them.
+    let used = |f: &dyn Fn(&Expr) -> bool| {
+        tape.nodes.iter().enumerate().any(|(i, node)| {
+            let mut found = false;
+            if let Some(rule) = ops::rule(node.op()).filter(|_| live[i]) {
+                rule.visit(&mut |e| found |= f(e));
+            }
+            found
+        })
+    };
+    let wanted = [
+        ("exp", true),
+        ("log", true),
+        ("cos", true),
+        ("tanh", used(&|e| matches!(e, Expr::Call(Fun::Tanh, _)))),
+        ("erfc", used(&|e| matches!(e, Expr::Call(Fun::Erfc, _)))),
+        ("pow", used(&|e| matches!(e, Expr::Pow(..)))),
+    ];
+    let mut binary = None;
+    let mut imports = [None; 6];
+    for (k, &(f, want)) in wanted.iter().enumerate() {
+        if !want {
+            continue;
+        }
+        let (name, arity) = libm(f, precision);
+        let signature = if arity == 1 {
+            unary
+        } else {
+            *binary.get_or_insert_with(|| {
+                let mut sig = Signature::new(CALL_CONV);
+                sig.params = vec![AbiParam::new(ty); 2];
+                sig.returns.push(AbiParam::new(ty));
+                func.import_signature(sig)
+            })
+        };
+        imports[k] = Some(func.import_function(ExtFuncData {
+            name: ExternalName::testcase(name),
+            signature,
             colocated: false,
             patchable: false,
-        })
-    });
-    let live = &activity.live;
-
-    // Path-dependent nodes: draws and everything that reads one.
-    let mut varying = vec![false; n];
-    for (i, node) in tape.nodes.iter().enumerate() {
-        varying[i] = matches!(node, Node::Draw(..)) || node.args().any(|a| varying[a.index()]);
+        }));
     }
+    let [Some(exp), Some(log), Some(cos), tanh, erfc, pow] = imports else {
+        unreachable!("exp, log and cos are always imported")
+    };
+
+    // Path-dependent nodes (draws and everything that reads one) run once per path; the rest once.
+    let varying = &v.info().path_dependent;
     let mut width = 2usize;
     if opts.mode == Mode::Reverse {
         width += tape.inputs.len();
@@ -411,7 +448,6 @@ pub(super) fn lower(
     let k = K {
         zero: fc(&mut b, 0.0),
         one: fc(&mut b, 1.0),
-        mone: fc(&mut b, -1.0),
         half: fc(&mut b, 0.5),
         mtwo: fc(&mut b, -2.0),
         tau: match precision {
@@ -426,14 +462,28 @@ pub(super) fn lower(
         m1: b.ins().iconst(types::I32, i64::from(M1)),
         stream: [b.ins().iconst(types::I32, 0), b.ins().iconst(types::I32, 1)],
     };
+    let mut literals = Vec::new();
+    for (i, node) in tape.nodes.iter().enumerate() {
+        if let Some(rule) = ops::rule(node.op()).filter(|_| live[i]) {
+            rule.literals(&mut literals);
+        }
+    }
+    let lits = literals
+        .into_iter()
+        .map(|x| (x.to_bits(), fc(&mut b, x)))
+        .collect();
     let cx = Ctx {
         k,
         precision,
         exp,
         log,
         cos,
+        tanh,
+        erfc,
+        pow,
         tape,
         active: &activity.active,
+        lits,
     };
     let flags = MemFlagsData::trusted();
     let mut val: Vec<Option<Value>> = vec![None; n];

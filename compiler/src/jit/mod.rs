@@ -29,12 +29,13 @@
 //!
 //! # What the code computes
 //!
-//! Forward values and adjoints exactly as TAPE-FORMAT.md states them, in the kernel precision, in
-//! tape order: adjoints start at +0.0 and each rule adds its contribution in argument order; only
-//! active nodes receive adjoints, dead nodes are not emitted. Reverse mode runs one reverse sweep
-//! per output. Draws are Philox4x32-10 inline in the CLIF (`imul`/`umulhi`), turned into normals
-//! exactly as `crate::philox`; `exp`, `log` and `cos` (`expf`, `logf`, `cosf` in f32) are calls to
-//! the host libm, the functions Rust's `f64::exp`/`ln`/`cos` call; `sqrt` is native. The CPU code
+//! Forward values and adjoints exactly as `crate::ops` states them (TAPE-FORMAT.md's rules), in
+//! the kernel precision, in tape order: adjoints start at +0.0 and each rule adds its contribution
+//! in the table's order; only active nodes receive adjoints, dead nodes are not emitted. Reverse
+//! mode runs one reverse sweep per output. Draws are Philox4x32-10 inline in the CLIF
+//! (`imul`/`umulhi`), turned into normals exactly as `crate::philox`; `exp`, `log`, `cos`, `tanh`,
+//! `erfc` and `pow` (`expf`, ... in f32) are calls to the host libm (`nablac_abi::cpu::LIBM`), for
+//! exp, log and cos the functions Rust's `f64::exp`/`ln`/`cos` call; `sqrt` and `abs` are native. The CPU code
 //! ignores the checkpoint plan (Cranelift's register allocator spills what it must), so plain and
 //! checkpointed plans give the same function text and the same bits; the manifest says
 //! `segments: 1`, `checkpoint: off`.
@@ -46,8 +47,8 @@ mod tests;
 
 use crate::emit::manifest::{Checkpoint, Manifest, Param, Target, MANIFEST_VERSION};
 pub use crate::emit::manifest::{Mode, Precision};
-use crate::plan::{Activity, Plan};
-use crate::tape::{Node, Tape};
+use crate::tape::Tape;
+use crate::verify::Verified;
 
 /// What to generate.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -82,64 +83,14 @@ pub fn sums(tape: &Tape, mode: Mode) -> Vec<String> {
     crate::emit::sum_names(tape, mode)
 }
 
-/// The structural rules lowering relies on (a subset of the verifier's), so a bad tape is an
-/// error rather than a panic.
-fn check(tape: &Tape, activity: &Activity) -> Result<(), JitError> {
-    let n = tape.len();
-    let err = |rule, place: String| Err(JitError::Tape { rule, place });
-    if activity.active.len() != n || activity.live.len() != n {
-        return err(
-            "the activity tables cover every node",
-            format!("{} nodes", n),
-        );
-    }
-    if tape.outputs.is_empty() {
-        return err("a tape has at least one output", "outputs".into());
-    }
-    if n > u32::MAX as usize / 64 || tape.inputs.len() > (i32::MAX / 8) as usize {
-        return err("the tape fits the CPU code's offsets", format!("{n} nodes"));
-    }
-    let mut input_node = vec![false; tape.inputs.len()];
-    for (i, node) in tape.nodes.iter().enumerate() {
-        for a in node.args() {
-            if a.index() >= i {
-                return err("arguments point backwards", format!("%{i}"));
-            }
-        }
-        match *node {
-            Node::Input(k) => match input_node.get_mut(k as usize) {
-                Some(seen) if !*seen => *seen = true,
-                _ => {
-                    return err(
-                        "each input index is used by exactly one input node",
-                        format!("%{i}"),
-                    )
-                }
-            },
-            Node::Const(k) if k as usize >= tape.consts.len() => {
-                return err("const index in range", format!("%{i}"))
-            }
-            _ => {}
-        }
-    }
-    if let Some(k) = input_node.iter().position(|s| !s) {
-        return err(
-            "each input index is used by exactly one input node",
-            format!("input {k}"),
-        );
-    }
-    for o in &tape.outputs {
-        if o.node.index() >= n || !activity.live[o.node.index()] {
-            return err(
-                "outputs name live nodes in range",
-                format!("output {}", o.name),
-            );
-        }
-    }
-    for (i, node) in tape.nodes.iter().enumerate() {
-        if activity.live[i] && node.args().any(|a| !activity.live[a.index()]) {
-            return err("arguments of live nodes are live", format!("%{i}"));
-        }
+/// The one limit of the CPU code beyond the tape's rules: its row and input offsets fit the
+/// lowering's 32-bit displacements.
+fn check_size(tape: &Tape) -> Result<(), JitError> {
+    if tape.len() > u32::MAX as usize / 64 || tape.inputs.len() > (i32::MAX / 8) as usize {
+        return Err(JitError::Tape {
+            rule: "the tape fits the CPU code's offsets",
+            place: format!("{} nodes", tape.len()),
+        });
     }
     Ok(())
 }
@@ -195,21 +146,14 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
     }
 }
 
-/// Lowers a verified tape under `plan` (only its activity is read: the CPU code ignores the
-/// segmentation) to CLIF text and its manifest. Same tape and options give the same bytes.
-pub fn emit(tape: &Tape, plan: &Plan, opts: &Options) -> Result<Kernel, JitError> {
-    emit_with_activity(tape, &plan.activity, opts)
-}
-
-/// [`emit`] from the activity table alone (all the CPU code needs of a plan).
-pub fn emit_with_activity(
-    tape: &Tape,
-    activity: &Activity,
-    opts: &Options,
-) -> Result<Kernel, JitError> {
-    check(tape, activity)?;
+/// Lowers a verified tape to CLIF text and its manifest (the CPU code ignores the checkpoint
+/// plan: Cranelift's register allocator spills what it must). Same tape and options give the
+/// same bytes.
+pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, JitError> {
+    let tape = v.tape();
+    check_size(tape)?;
     let manifest = manifest(tape, opts);
-    let function = lower::lower(tape, activity, opts, &manifest.entry_point)?;
+    let function = lower::lower(v, opts, &manifest.entry_point)?;
     // Cranelift's printer, minus its `; v8 = 32` constant annotations (comments to the reader).
     let mut source = String::new();
     for line in function.display().to_string().lines() {

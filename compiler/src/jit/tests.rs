@@ -1,11 +1,10 @@
-//! The CPU target against a Rust evaluation of the same tape, path by path.
-//!
-//! TODO(jit): switch `Real`/`eval_path` to `crate::reference::evaluate_path` and the local Philox
-//! to `crate::philox` once branch `record` is on main (the assertions stay).
+//! The CPU target against the reference (`crate::reference`, in the kernel's precision), path
+//! by path.
 
 use super::*;
-use crate::plan::{Liveness, OpacityPlan, Segment, SegmentPlan};
-use crate::tape::{BinaryOp, DrawKind, Input, NodeId, Output, UnaryOp};
+use crate::reference::{evaluate_path_in, Float};
+use crate::tape::{BinaryOp, DrawKind, Input, Node, NodeId, Output, UnaryOp};
+use crate::verify::Verified;
 use nablac_runtime::cpu;
 
 // ---------- a tape builder ----------
@@ -51,14 +50,14 @@ impl B {
             node: n,
         });
     }
-    fn finish(mut self) -> Tape {
+    fn finish(mut self) -> Verified {
         self.t.n_draws = self.t.draws_used();
-        self.t
+        crate::verify::verify(self.t).expect("the builder makes valid tapes")
     }
 }
 
 /// The arithmetic Asian call (the recorder's layout): 15 + 6·steps + 9 nodes.
-fn asian(steps: u32) -> Tape {
+fn asian(steps: u32) -> Verified {
     use BinaryOp::*;
     let mut b = B::default();
     let spot = b.input("spot", 100.0);
@@ -99,7 +98,7 @@ fn asian(steps: u32) -> Tape {
 }
 
 /// Every op, ties in max/min, abs of 0, a dead node, an inactive draw chain and two outputs.
-fn all_ops() -> Tape {
+fn all_ops() -> Verified {
     use BinaryOp::*;
     use UnaryOp::*;
     let mut b = B::default();
@@ -138,244 +137,25 @@ fn all_ops() -> Tape {
     b.finish()
 }
 
-// ---------- a Rust evaluation to compare with ----------
+// ---------- the reference to compare with ----------
 
-fn philox(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
-    let [mut c0, mut c1, mut c2, mut c3] = ctr;
-    let [mut k0, mut k1] = key;
-    for _ in 0..10 {
-        let p0 = u64::from(0xD251_1F53u32) * u64::from(c0);
-        let p1 = u64::from(0xCD9E_8D57u32) * u64::from(c2);
-        (c0, c1, c2, c3) = (
-            (p1 >> 32) as u32 ^ c1 ^ k0,
-            p1 as u32,
-            (p0 >> 32) as u32 ^ c3 ^ k1,
-            p0 as u32,
-        );
-        k0 = k0.wrapping_add(0x9E37_79B9);
-        k1 = k1.wrapping_add(0xBB67_AE85);
-    }
-    [c0, c1, c2, c3]
-}
-
-fn block(seed: u64, path: u64, k: u32, stream: u32) -> [u32; 4] {
-    philox(
-        [k, path as u32, (path >> 32) as u32, stream],
-        [seed as u32, (seed >> 32) as u32],
-    )
-}
-
-trait Real:
-    Copy
-    + PartialOrd
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::ops::Neg<Output = Self>
-{
-    fn of(x: f64) -> Self;
-    fn f64(self) -> f64;
-    fn exp(self) -> Self;
-    fn ln(self) -> Self;
-    fn sqrt(self) -> Self;
-    fn abs(self) -> Self;
-    fn normal(seed: u64, path: u64, k: u32) -> Self;
-    fn uniform(seed: u64, path: u64, k: u32) -> Self;
-}
-
-impl Real for f64 {
-    fn of(x: f64) -> Self {
-        x
-    }
-    fn f64(self) -> f64 {
-        self
-    }
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    fn ln(self) -> Self {
-        f64::ln(self)
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
-    fn abs(self) -> Self {
-        f64::abs(self)
-    }
-    fn normal(seed: u64, path: u64, k: u32) -> Self {
-        let x = block(seed, path, k, 0);
-        let a = ((u64::from(x[0]) << 32) | u64::from(x[1])) >> 11;
-        let b = ((u64::from(x[2]) << 32) | u64::from(x[3])) >> 11;
-        let (u1, u2) = (
-            (a as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0),
-            b as f64 * (1.0 / 9_007_199_254_740_992.0),
-        );
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-    fn uniform(seed: u64, path: u64, k: u32) -> Self {
-        let x = block(seed, path, k, 1);
-        let a = ((u64::from(x[0]) << 32) | u64::from(x[1])) >> 11;
-        (a as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0)
-    }
-}
-
-impl Real for f32 {
-    fn of(x: f64) -> Self {
-        x as f32
-    }
-    fn f64(self) -> f64 {
-        f64::from(self)
-    }
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    fn ln(self) -> Self {
-        f32::ln(self)
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-    fn abs(self) -> Self {
-        f32::abs(self)
-    }
-    fn normal(seed: u64, path: u64, k: u32) -> Self {
-        let x = block(seed, path, k, 0);
-        let u1 = ((x[0] >> 8) as f32 + 0.5) * (1.0 / 16_777_216.0);
-        let u2 = (x[1] >> 8) as f32 * (1.0 / 16_777_216.0);
-        (-2.0f32 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-    }
-    fn uniform(seed: u64, path: u64, k: u32) -> Self {
-        let x = block(seed, path, k, 1);
-        ((x[0] >> 8) as f32 + 0.5) * (1.0 / 16_777_216.0)
-    }
-}
-
-/// One path: the row the kernel must write (value, value², then Greeks per output in reverse mode).
-fn eval_path<T: Real>(tape: &Tape, inputs: &[f64], seed: u64, path: u64, mode: Mode) -> Vec<f64> {
-    let act = crate::passes::activity(tape);
-    let n = tape.len();
-    let mut v = vec![T::of(0.0); n];
-    for (i, node) in tape.nodes.iter().enumerate() {
-        v[i] = match *node {
-            Node::Input(k) => T::of(inputs[k as usize]),
-            Node::Const(k) => T::of(tape.consts[k as usize]),
-            Node::Draw(DrawKind::Normal, k) => T::normal(seed, path, k),
-            Node::Draw(DrawKind::Uniform, k) => T::uniform(seed, path, k),
-            Node::Unary(op, a) => {
-                let a = v[a.index()];
-                match op {
-                    UnaryOp::Neg => -a,
-                    UnaryOp::Exp => a.exp(),
-                    UnaryOp::Log => a.ln(),
-                    UnaryOp::Sqrt => a.sqrt(),
-                    UnaryOp::Abs => a.abs(),
-                }
-            }
-            Node::Binary(op, a, b) => {
-                let (a, b) = (v[a.index()], v[b.index()]);
-                match op {
-                    BinaryOp::Add => a + b,
-                    BinaryOp::Sub => a - b,
-                    BinaryOp::Mul => a * b,
-                    BinaryOp::Div => a / b,
-                    BinaryOp::Max => {
-                        if a >= b {
-                            a
-                        } else {
-                            b
-                        }
-                    }
-                    BinaryOp::Min => {
-                        if a <= b {
-                            a
-                        } else {
-                            b
-                        }
-                    }
-                }
-            }
-        };
-    }
+/// One path: the row the kernel must write (value, value², then Greeks per output in reverse
+/// mode), from `crate::reference` evaluated in the kernel's precision.
+fn eval_path<T: Float>(
+    tape: &Verified,
+    inputs: &[f64],
+    seed: u64,
+    path: u64,
+    mode: Mode,
+) -> Vec<f64> {
+    let r = evaluate_path_in::<T>(tape, inputs, seed, path).expect("a valid tape");
     let mut row = Vec::new();
-    for o in &tape.outputs {
-        let x = v[o.node.index()].f64();
+    for (o, &x) in r.outputs.iter().enumerate() {
         row.push(x);
         row.push(x * x);
-        if mode == Mode::Price {
-            continue;
+        if mode == Mode::Reverse {
+            row.extend(&r.greeks[o]);
         }
-        let zero = T::of(0.0);
-        let mut adj = vec![zero; n];
-        let mut greeks = vec![0.0; tape.inputs.len()];
-        adj[o.node.index()] = T::of(1.0);
-        for i in (0..n).rev() {
-            if !act.active[i] {
-                continue;
-            }
-            let d = adj[i];
-            let c = v[i];
-            let add = |adj: &mut Vec<T>, a: NodeId, x: T| {
-                if act.active[a.index()] {
-                    adj[a.index()] = adj[a.index()] + x;
-                }
-            };
-            match tape.nodes[i] {
-                Node::Input(k) => greeks[k as usize] = d.f64(),
-                Node::Const(_) | Node::Draw(..) => {}
-                Node::Unary(op, a) => {
-                    let va = v[a.index()];
-                    match op {
-                        UnaryOp::Neg => {
-                            if act.active[a.index()] {
-                                adj[a.index()] = adj[a.index()] - d;
-                            }
-                        }
-                        UnaryOp::Exp => add(&mut adj, a, d * c),
-                        UnaryOp::Log => add(&mut adj, a, d / va),
-                        UnaryOp::Sqrt => add(&mut adj, a, d * T::of(0.5) / c),
-                        UnaryOp::Abs => {
-                            let s = if va > zero {
-                                T::of(1.0)
-                            } else if va < zero {
-                                T::of(-1.0)
-                            } else {
-                                zero
-                            };
-                            add(&mut adj, a, d * s)
-                        }
-                    }
-                }
-                Node::Binary(op, a, b) => {
-                    let (va, vb) = (v[a.index()], v[b.index()]);
-                    match op {
-                        BinaryOp::Add => {
-                            add(&mut adj, a, d);
-                            add(&mut adj, b, d);
-                        }
-                        BinaryOp::Sub => {
-                            add(&mut adj, a, d);
-                            if act.active[b.index()] {
-                                adj[b.index()] = adj[b.index()] - d;
-                            }
-                        }
-                        BinaryOp::Mul => {
-                            add(&mut adj, a, d * vb);
-                            add(&mut adj, b, d * va);
-                        }
-                        BinaryOp::Div => {
-                            add(&mut adj, a, d / vb);
-                            if act.active[b.index()] {
-                                adj[b.index()] = adj[b.index()] - d * c / vb;
-                            }
-                        }
-                        BinaryOp::Max => add(&mut adj, if va >= vb { a } else { b }, d),
-                        BinaryOp::Min => add(&mut adj, if va <= vb { a } else { b }, d),
-                    }
-                }
-            }
-        }
-        row.extend(greeks);
     }
     row
 }
@@ -386,8 +166,8 @@ fn opts(mode: Mode, precision: Precision) -> Options {
     Options { mode, precision }
 }
 
-fn kernel(tape: &Tape, o: Options) -> (Kernel, cpu::Compiled) {
-    let k = emit_with_activity(tape, &crate::passes::activity(tape), &o).unwrap();
+fn kernel(tape: &Verified, o: Options) -> (Kernel, cpu::Compiled) {
+    let k = emit(tape, &o).unwrap();
     let c = cpu::load(&k.source, &k.manifest).unwrap();
     (k, c)
 }
@@ -403,7 +183,7 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
 }
 
 fn check_against_reference(
-    tape: &Tape,
+    tape: &Verified,
     mode: Mode,
     precision: Precision,
     paths: std::ops::Range<u64>,
@@ -484,8 +264,8 @@ fn draws_equal_the_rust_reference_bit_for_bit() {
                     let (z, u) = match precision {
                         Precision::F64 => (f64::normal(seed, p, *k), f64::uniform(seed, p, *k)),
                         Precision::F32 => (
-                            f32::normal(seed, p, *k).f64(),
-                            f32::uniform(seed, p, *k).f64(),
+                            f64::from(f32::normal(seed, p, *k)),
+                            f64::from(f32::uniform(seed, p, *k)),
                         ),
                     };
                     let r = &out[j as usize * 16..];
@@ -581,9 +361,8 @@ fn greeks_by_hand() {
 fn emission_is_deterministic_and_self_describing() {
     let tape = asian(4);
     let o = opts(Mode::Reverse, Precision::F64);
-    let act = crate::passes::activity(&tape);
-    let a = emit_with_activity(&tape, &act, &o).unwrap();
-    let b = emit_with_activity(&tape.clone(), &act, &o).unwrap();
+    let a = emit(&tape, &o).unwrap();
+    let b = emit(&tape.clone(), &o).unwrap();
     assert_eq!(a.source, b.source);
     assert!(
         a.source
@@ -613,7 +392,7 @@ fn emission_is_deterministic_and_self_describing() {
     assert_eq!(m.tape_hash.len(), 64);
     assert_eq!(m.tape_hash, crate::format::content_hash(&tape));
     assert_ne!(m.tape_hash, crate::format::content_hash(&asian(5)));
-    let f32k = emit_with_activity(&tape, &act, &opts(Mode::Price, Precision::F32)).unwrap();
+    let f32k = emit(&tape, &opts(Mode::Price, Precision::F32)).unwrap();
     assert!(f32k.source.contains("%expf") && f32k.source.contains("%cosf"));
     assert_eq!(f32k.manifest.sums, ["value:price", "value_sq:price"]);
     assert_eq!(f32k.manifest.params[0].ty, "ptr<f32>");
@@ -622,52 +401,21 @@ fn emission_is_deterministic_and_self_describing() {
     assert_eq!(&serde_json::from_str::<Manifest>(&json).unwrap(), m);
 }
 
-fn plan_with(tape: &Tape, segments: Vec<Segment>) -> Plan {
-    let cuts = segments
-        .iter()
-        .skip(1)
-        .map(|s| NodeId(s.range.start))
-        .collect::<Vec<_>>();
-    let count = segments.len();
-    Plan {
-        activity: crate::passes::activity(tape),
-        liveness: crate::passes::liveness(tape),
-        segments: SegmentPlan {
-            strategy: if count > 1 {
-                Checkpoint::Registers
-            } else {
-                Checkpoint::Off
-            },
-            crossing: vec![0; cuts.len()],
-            cuts,
-            segments,
-            persistent: vec![],
-            scratch_slots: vec![],
-        },
-        opacity: OpacityPlan {
-            opaque_reads: vec![vec![]; count],
-            rekey: vec![false; count],
-        },
-    }
-}
-
 #[test]
 fn plain_and_checkpointed_plans_give_the_same_code() {
-    // TODO(jit): build both plans with crate::passes::plan once branch `passes` is on main.
+    // The CPU code ignores the checkpoint plan: compiling with any segment count gives the same
+    // function and so the same bits.
+    use crate::compile::{compile, CompileOptions};
+    use crate::plan::Checkpoint;
     let tape = asian(8);
-    let n = tape.len() as u32;
-    let seg = |r: std::ops::Range<u32>| Segment {
-        range: r,
-        bookmarks: vec![],
-        recompute: vec![],
-        draws: vec![],
-    };
-    let plain = plan_with(&tape, vec![seg(0..n)]);
-    let ckpt = plan_with(&tape, vec![seg(0..20), seg(20..40), seg(40..n)]);
-    let _: &Liveness = &plain.liveness;
-    let o = opts(Mode::Reverse, Precision::F64);
-    let a = emit(&tape, &plain, &o).unwrap();
-    let b = emit(&tape, &ckpt, &o).unwrap();
+    let mut plain = CompileOptions::new(Target::Cpu);
+    plain.segments.segments = Some(1);
+    let mut ckpt = plain.clone();
+    ckpt.segments.strategy = Checkpoint::Registers;
+    ckpt.segments.segments = Some(3);
+    let a = compile(&tape, &plain).unwrap();
+    let b = compile(&tape, &ckpt).unwrap();
+    assert_eq!(b.plan.segments.segments.len(), 3);
     assert_eq!(a.source, b.source);
     assert_eq!(a.manifest, b.manifest);
     let inputs: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
@@ -708,67 +456,9 @@ fn dead_and_inactive_nodes_are_not_emitted() {
 }
 
 #[test]
-fn bad_tapes_are_errors_not_panics() {
-    let mut t = asian(2);
-    t.nodes[20] = Node::Binary(BinaryOp::Add, NodeId(25), NodeId(0));
-    let act = Activity {
-        active: vec![true; t.len()],
-        live: vec![true; t.len()],
-    };
-    let e = emit_with_activity(&t, &act, &opts(Mode::Reverse, Precision::F64)).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "tape not lowerable to CPU code: arguments point backwards (at %20)"
-    );
-    let mut t = asian(2);
-    t.outputs.clear();
-    let e = emit_with_activity(
-        &t,
-        &crate::passes::activity(&t),
-        &opts(Mode::Price, Precision::F64),
-    )
-    .unwrap_err();
-    assert!(matches!(
-        e,
-        JitError::Tape {
-            rule: "a tape has at least one output",
-            ..
-        }
-    ));
-    let t = asian(2);
-    let short = Activity {
-        active: vec![true; 3],
-        live: vec![true; 3],
-    };
-    assert!(emit_with_activity(&t, &short, &opts(Mode::Price, Precision::F64)).is_err());
-    let mut t = asian(2);
-    t.nodes[3] = Node::Const(99);
-    assert!(emit_with_activity(
-        &t,
-        &crate::passes::activity(&t),
-        &opts(Mode::Price, Precision::F64)
-    )
-    .is_err());
-    let mut t = asian(2);
-    t.nodes[4] = Node::Input(0);
-    let e = emit_with_activity(
-        &t,
-        &crate::passes::activity(&t),
-        &opts(Mode::Price, Precision::F64),
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("exactly one input node"), "{e}");
-}
-
-#[test]
 fn the_loader_refuses_foreign_code() {
     let tape = asian(2);
-    let k = emit_with_activity(
-        &tape,
-        &crate::passes::activity(&tape),
-        &opts(Mode::Price, Precision::F64),
-    )
-    .unwrap();
+    let k = emit(&tape, &opts(Mode::Price, Precision::F64)).unwrap();
     let err = |src: &str, m: &Manifest| cpu::load(src, m).unwrap_err().to_string();
     assert!(err(&k.source.replace("%exp", "%system"), &k.manifest)
         .contains("import %system is not one of"));

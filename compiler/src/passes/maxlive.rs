@@ -127,7 +127,7 @@ fn plain_sim(tape: &Tape, activity: &Activity) -> Sim {
     for i in (0..tape.len()).rev() {
         if activity.live[i] && activity.active[i] {
             let t = sim.step(i as u32);
-            for r in adjoint_reads(&tape.nodes[i], NodeId(i as u32)) {
+            for r in adjoint_reads(&tape.nodes[i], NodeId(i as u32), &activity.active) {
                 sim.read(fwd[r.index()], t);
             }
         }
@@ -174,7 +174,7 @@ fn checkpointed_sim(tape: &Tape, plan: &Plan) -> Sim {
             let i = i as usize;
             if act.live[i] && act.active[i] {
                 let t = sim.step(i as u32);
-                for r in adjoint_reads(&tape.nodes[i], NodeId(i as u32)) {
+                for r in adjoint_reads(&tape.nodes[i], NodeId(i as u32), &act.active) {
                     sim.read(cur[r.index()], t);
                 }
             }

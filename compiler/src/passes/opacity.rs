@@ -20,25 +20,34 @@
 //! re-keyed.
 
 use super::segment::reverse_reads;
-use crate::plan::{OpacityPlan, SegmentPlan};
-use crate::tape::{BinaryOp, Node, NodeId, Tape, UnaryOp};
+use crate::ops;
+use crate::plan::{Activity, OpacityPlan, SegmentPlan};
+use crate::tape::{Node, NodeId, Tape};
 
-/// The forward values node `id`'s adjoint rule reads (TAPE-FORMAT.md): mul → a, b; div → b, c;
-/// exp → c; log → a; sqrt → c; max/min → a, b; abs → a; everything else → nothing. (c is the
-/// node's own result, `id`.)
-pub fn adjoint_reads(node: &Node, id: NodeId) -> Vec<NodeId> {
-    match *node {
-        Node::Binary(BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min, a, b) => vec![a, b],
-        Node::Binary(BinaryOp::Div, _, b) => vec![b, id],
-        Node::Unary(UnaryOp::Exp | UnaryOp::Sqrt, _) => vec![id],
-        Node::Unary(UnaryOp::Log | UnaryOp::Abs, a) => vec![a],
-        _ => vec![],
+/// The forward values node `id`'s adjoint rule reads when the nodes `active` receive adjoints
+/// (`crate::ops::Rule::reads`): mul → the other argument of each active one; div → b (for a), b
+/// and c (for b); exp → c; log → a; sqrt → c; max/min → a, b; abs → a; leaves → nothing. (c is
+/// the node's own result, `id`.)
+pub fn adjoint_reads(node: &Node, id: NodeId, active: &[bool]) -> Vec<NodeId> {
+    let Some(rule) = ops::rule(node.op()) else {
+        return Vec::new();
+    };
+    let mut args = node.args();
+    let (a, b) = (args.next(), args.next());
+    let is_active = |x: Option<NodeId>| x.is_some_and(|x| active[x.index()]);
+    let (ra, rb, rc) = rule.reads([is_active(a), is_active(b)]);
+    let mut reads = Vec::with_capacity(3);
+    reads.extend(a.filter(|_| ra));
+    reads.extend(b.filter(|_| rb));
+    if rc {
+        reads.push(id);
     }
+    reads
 }
 
 /// Which reads of the reverse sweep are opaque and which segments re-key their generator (the
 /// module doc is the contract). Assumes `plan` came from `segment` on this tape.
-pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
+pub fn opacity(tape: &Tape, act: &Activity, plan: &SegmentPlan) -> OpacityPlan {
     let count = plan.segments.len();
     if !plan.is_checkpointed() {
         return OpacityPlan {
@@ -46,20 +55,11 @@ pub fn opacity(tape: &Tape, plan: &SegmentPlan) -> OpacityPlan {
             rekey: vec![false; count],
         };
     }
-    let act = super::activity(tape);
     let is_persistent = plan.persistent_mask(tape.len());
     let opaque_reads = plan
         .segments
         .iter()
-        .map(|seg| {
-            reverse_reads(
-                tape,
-                &act,
-                &is_persistent,
-                seg.range.clone(),
-                &seg.recompute,
-            )
-        })
+        .map(|seg| reverse_reads(tape, act, &is_persistent, seg.range.clone(), &seg.recompute))
         .collect();
     let rekey = plan
         .segments

@@ -7,6 +7,7 @@ use super::segment::{crossing_profile, live_last_read};
 use super::{activity, adjoint_reads, liveness, opacity, reverse_recompute, segment};
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{Node, NodeId, Tape};
+use crate::verify::Verified;
 use std::collections::BTreeSet;
 
 /// A plan that breaks one of its invariants: which rule, and where.
@@ -32,13 +33,15 @@ fn ensure(ok: bool, rule: &'static str, place: impl FnOnce() -> String) -> Resul
     }
 }
 
-/// Runs every pass on a verified tape and returns the plan; in debug builds the plan is checked
-/// with `check_plan` (a failure is a pass bug and panics).
-pub fn plan(tape: &Tape, opts: &SegmentOptions) -> Plan {
-    let activity = activity(tape);
-    let liveness = liveness(tape);
-    let segments = segment(tape, &liveness, opts);
-    let opacity = opacity(tape, &segments);
+/// Runs the passes on a verified tape (its activity and liveness are the verifier's) and returns
+/// the plan; in debug builds the plan is checked with `check_plan` (a failure is a pass bug and
+/// panics).
+pub fn plan(v: &Verified, opts: &SegmentOptions) -> Plan {
+    let tape = v.tape();
+    let activity = v.info().activity.clone();
+    let liveness = v.info().liveness.clone();
+    let segments = segment(tape, &activity, &liveness, opts);
+    let opacity = opacity(tape, &activity, &segments);
     let plan = Plan {
         activity,
         liveness,
@@ -310,7 +313,7 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
         for i in seg.range.clone() {
             let v = NodeId(i);
             if live[v.index()] && plan.activity.active[v.index()] {
-                used.extend(adjoint_reads(tape.node(v), v));
+                used.extend(adjoint_reads(tape.node(v), v, &plan.activity.active));
             }
         }
         let used: Vec<NodeId> = used
@@ -334,7 +337,7 @@ pub fn check_plan(tape: &Tape, plan: &Plan) -> Result<(), PlanError> {
         for i in seg.range.clone() {
             let v = NodeId(i);
             if live[v.index()] && plan.activity.active[v.index()] {
-                for r in adjoint_reads(tape.node(v), v) {
+                for r in adjoint_reads(tape.node(v), v, &plan.activity.active) {
                     ensure(
                         available(r),
                         "a reverse block's adjoint rules read only its copies and locals",

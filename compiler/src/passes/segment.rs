@@ -154,7 +154,7 @@ pub fn reverse_recompute(
     for i in range.clone().rev() {
         let v = NodeId(i);
         if act.live[v.index()] && act.active[v.index()] {
-            for r in adjoint_reads(tape.node(v), v) {
+            for r in adjoint_reads(tape.node(v), v, &act.active) {
                 if local(r) {
                     need[at(r)] = true;
                 }
@@ -191,7 +191,7 @@ pub fn reverse_reads(
     }
     for v in range.map(NodeId) {
         if act.live[v.index()] && act.active[v.index()] {
-            reads.extend(adjoint_reads(tape.node(v), v));
+            reads.extend(adjoint_reads(tape.node(v), v, &act.active));
         }
     }
     reads
@@ -201,12 +201,17 @@ pub fn reverse_reads(
 }
 
 /// Cuts the tape into segments and decides which values persist (the module doc is the contract).
-/// Assumes a verified tape; `liveness` must be `liveness(tape)`. Its `last_use` counts reads by
-/// dead nodes, so the crossing rule uses the last *live* reader ([`live_last_read`], from the tape
-/// and its activity) and only cross-checks it against `liveness` in debug builds.
-pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> SegmentPlan {
+/// Assumes a verified tape; `act` and `liveness` must be its activity and liveness (the
+/// verifier's). `liveness.last_use` counts reads by dead nodes, so the crossing rule uses the last
+/// *live* reader ([`live_last_read`], from the tape and its activity) and only cross-checks it
+/// against `liveness` in debug builds.
+pub fn segment(
+    tape: &Tape,
+    act: &Activity,
+    liveness: &Liveness,
+    opts: &SegmentOptions,
+) -> SegmentPlan {
     let n = tape.len();
-    let act = super::activity(tape);
     let last = live_last_read(tape, &act.live);
     debug_assert!(last
         .iter()
@@ -253,8 +258,8 @@ pub fn segment(tape: &Tape, liveness: &Liveness, opts: &SegmentOptions) -> Segme
             let (recompute, reads) = if cuts.is_empty() {
                 (Vec::new(), Vec::new())
             } else {
-                let recompute = reverse_recompute(tape, &act, &is_persistent, start..end);
-                let reads = reverse_reads(tape, &act, &is_persistent, start..end, &recompute);
+                let recompute = reverse_recompute(tape, act, &is_persistent, start..end);
+                let reads = reverse_reads(tape, act, &is_persistent, start..end, &recompute);
                 (recompute, reads)
             };
             for v in &reads {

@@ -8,15 +8,15 @@ use super::fixtures::{asian, european, product};
 use super::{explain, plan, plan_listing};
 use crate::plan::{Checkpoint, SegmentOptions};
 use crate::products::Product;
-use crate::tape::Tape;
+use crate::verify::Verified;
 
-fn render(tape: &Tape, opts: &SegmentOptions) -> String {
+fn render(tape: &Verified, opts: &SegmentOptions) -> String {
     let p = plan(tape, opts);
     let json = serde_json::to_string_pretty(&explain(tape, &p)).unwrap_or_default();
     format!("{}\n{}\n", plan_listing(tape, &p), json)
 }
 
-fn check(name: &str, tape: &Tape, opts: &SegmentOptions) {
+fn check(name: &str, tape: &Verified, opts: &SegmentOptions) {
     insta::with_settings!({
         snapshot_path => "../../../snapshots/plan",
         prepend_module_to_snapshot => false,

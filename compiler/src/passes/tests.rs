@@ -5,6 +5,7 @@ use super::*;
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::tape::{BinaryOp, Input, Node, NodeId, Output, Tape, UnaryOp};
 use crate::testing::arb_tape;
+use crate::testing::verified;
 use proptest::prelude::*;
 
 fn opts(segments: Option<u32>) -> SegmentOptions {
@@ -32,7 +33,7 @@ fn ids(v: &[u32]) -> Vec<NodeId> {
 fn asian_252_persistent_and_crossing_per_segment_count() {
     let t = asian(252);
     for (s, persistent) in [(2, 10), (4, 14), (8, 22), (16, 38), (32, 70)] {
-        let p = plan(&t, &opts(Some(s)));
+        let p = plan(&verified(&t), &opts(Some(s)));
         assert_eq!(p.segments.segments.len(), s as usize, "S={s}");
         assert_eq!(p.segments.persistent.len(), persistent, "S={s}");
         // Every cut lands on a step boundary where exactly seven values cross: strike, rate,
@@ -44,7 +45,7 @@ fn asian_252_persistent_and_crossing_per_segment_count() {
 #[test]
 fn asian_252_sixteen_segments_in_detail() {
     let t = asian(252);
-    let p = plan(&t, &SegmentOptions::default()); // 1536 >= 768 nodes: on, 16 segments
+    let p = plan(&verified(&t), &SegmentOptions::default()); // 1536 >= 768 nodes: on, 16 segments
     let sp = &p.segments;
     assert_eq!(sp.strategy, Checkpoint::Registers);
     assert_eq!(
@@ -83,25 +84,30 @@ fn asian_252_sixteen_segments_in_detail() {
 #[test]
 fn asian_252_max_live() {
     let t = asian(252);
-    let p = plan(&t, &SegmentOptions::default());
-    // Plain: three per step (draw, exp, previous spot) = 756, six prelude values the prelude's
-    // adjoints read (vol, %5, %8, %10, %12, %13), six payoff values (%1528, %1529, %1531, %1534,
-    // rate, maturity), and the output itself at the output step.
-    assert_eq!(max_live_plain(&t, &p.activity), 756 + 6 + 6 + 1);
+    let p = plan(&verified(&t), &SegmentOptions::default());
+    // Plain: three per step (draw, exp, previous spot) = 756, four prelude values the prelude's
+    // adjoints read for their active arguments (vol, %8, %10, %12: no longer %5 and %13, which
+    // only adjoints into constants and draws would read), five payoff values, and the output
+    // itself at the output step.
+    assert_eq!(max_live_plain(&t, &p.activity), 756 + 4 + 5 + 1);
     let e = explain(&t, &p);
-    assert_eq!(e.max_live_plain, 769);
+    assert_eq!(e.max_live_plain, 766);
     // Checkpointed: the 38 persistent values plus one segment's recomputed locals at a time.
-    assert_eq!(e.max_live_checkpointed, 69);
+    assert_eq!(e.max_live_checkpointed, 68);
     assert!(e.max_live_checkpointed < 38 + 3 * 16 + 10);
     // More segments hold fewer values at once (32 segments keep 70 persistent, but each block
     // recomputes only 8 steps).
-    let mut previous = u32::MAX;
-    for (s, expect) in [(2, 391), (4, 201), (8, 109), (16, 69), (32, 61)] {
-        let p = plan(&t, &opts(Some(s)));
-        assert_eq!(max_live_checkpointed(&t, &p), expect, "S={s}");
-        assert!(expect < previous, "S={s}");
-        previous = expect;
-    }
+    let got: Vec<(u32, u32)> = [2, 4, 8, 16, 32]
+        .into_iter()
+        .map(|s| {
+            (
+                s,
+                max_live_checkpointed(&t, &plan(&verified(&t), &opts(Some(s)))),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(2, 389), (4, 200), (8, 108), (16, 68), (32, 60)]);
+    assert!(got.windows(2).all(|w| w[1].1 < w[0].1), "{got:?}");
 }
 
 #[test]
@@ -110,7 +116,7 @@ fn default_switch_and_knobs() {
     let short = asian(100); // 624 nodes
     assert_eq!(short.len(), 624);
     assert_eq!(
-        plan(&short, &SegmentOptions::default())
+        plan(&verified(&short), &SegmentOptions::default())
             .segments
             .segments
             .len(),
@@ -121,16 +127,34 @@ fn default_switch_and_knobs() {
         ..SegmentOptions::default()
     };
     // On, it cuts ~100-node segments: ceil(624 / 100) = 7.
-    assert_eq!(plan(&short, &lowered).segments.segments.len(), 7);
-    assert_eq!(plan(&short, &opts(Some(5))).segments.segments.len(), 5);
-    assert_eq!(plan(&long, &opts(Some(1))).segments.segments.len(), 1);
-    assert_eq!(plan(&long, &opts(Some(0))).segments.segments.len(), 1);
+    assert_eq!(plan(&verified(&short), &lowered).segments.segments.len(), 7);
+    assert_eq!(
+        plan(&verified(&short), &opts(Some(5)))
+            .segments
+            .segments
+            .len(),
+        5
+    );
+    assert_eq!(
+        plan(&verified(&long), &opts(Some(1)))
+            .segments
+            .segments
+            .len(),
+        1
+    );
+    assert_eq!(
+        plan(&verified(&long), &opts(Some(0)))
+            .segments
+            .segments
+            .len(),
+        1
+    );
     let off = SegmentOptions {
         strategy: Checkpoint::Off,
         segments: Some(8),
         ..SegmentOptions::default()
     };
-    let p = plan(&long, &off);
+    let p = plan(&verified(&long), &off);
     assert_eq!(p.segments.segments.len(), 1);
     assert_eq!(p.segments.strategy, Checkpoint::Off);
 }
@@ -138,7 +162,7 @@ fn default_switch_and_knobs() {
 #[test]
 fn scratch_strategy_fills_slots() {
     let t = asian(252);
-    let p = plan(&t, &scratch(Some(200))); // ceil(1536 / 200) = 8 segments
+    let p = plan(&verified(&t), &scratch(Some(200))); // ceil(1536 / 200) = 8 segments
     let sp = &p.segments;
     assert_eq!(sp.strategy, Checkpoint::Scratch);
     assert_eq!(sp.segments.len(), 8);
@@ -153,10 +177,25 @@ fn scratch_strategy_fills_slots() {
     assert!(!sp.scratch_slots.contains(&NodeId(1535)));
     assert!(sp.scratch_slots.contains(&NodeId(1)));
     // The default segment length is 100 nodes: ceil(1536 / 100) = 16 segments.
-    assert_eq!(plan(&t, &scratch(None)).segments.segments.len(), 16);
-    assert_eq!(plan(&t, &scratch(Some(100))).segments.segments.len(), 16);
-    assert_eq!(plan(&t, &scratch(Some(2000))).segments.segments.len(), 1);
-    assert!(plan(&t, &scratch(Some(2000)))
+    assert_eq!(
+        plan(&verified(&t), &scratch(None)).segments.segments.len(),
+        16
+    );
+    assert_eq!(
+        plan(&verified(&t), &scratch(Some(100)))
+            .segments
+            .segments
+            .len(),
+        16
+    );
+    assert_eq!(
+        plan(&verified(&t), &scratch(Some(2000)))
+            .segments
+            .segments
+            .len(),
+        1
+    );
+    assert!(plan(&verified(&t), &scratch(Some(2000)))
         .segments
         .scratch_slots
         .is_empty());
@@ -203,7 +242,7 @@ fn max_live_by_hand() {
 #[test]
 fn more_segments_than_nodes_is_reduced() {
     let t = tiny();
-    let p = plan(&t, &opts(Some(10)));
+    let p = plan(&verified(&t), &opts(Some(10)));
     assert_eq!(p.segments.segments.len(), 3);
     assert_eq!(p.segments.cuts, ids(&[1, 2]));
     // x crosses both cuts, e crosses cut 2.
@@ -243,7 +282,7 @@ fn dead_nodes_never_cross() {
         nodes,
         n_draws: 0,
     };
-    let p = plan(&t, &opts(Some(2)));
+    let p = plan(&verified(&t), &opts(Some(2)));
     assert!(!p.activity.live[10]);
     let cut = p.segments.cuts[0].0;
     assert!((2..10).contains(&cut), "cut {cut}");
@@ -256,7 +295,7 @@ fn dead_nodes_never_cross() {
 #[test]
 fn one_segment_is_the_plain_plan() {
     let t = european();
-    let p = plan(&t, &SegmentOptions::default());
+    let p = plan(&verified(&t), &SegmentOptions::default());
     let sp = &p.segments;
     assert_eq!(sp.segments.len(), 1);
     assert_eq!(sp.segments[0].range, 0..24);
@@ -275,7 +314,7 @@ fn one_segment_is_the_plain_plan() {
 #[test]
 fn check_plan_rejects_broken_plans() {
     let t = asian(8);
-    let good = plan(&t, &opts(Some(4)));
+    let good = plan(&verified(&t), &opts(Some(4)));
     assert_eq!(check_plan(&t, &good), Ok(()));
     type Mutation = Box<dyn Fn(&mut Plan)>;
     let broken: Vec<(&str, Mutation)> = vec![
@@ -333,7 +372,7 @@ fn check_plan_rejects_broken_plans() {
 #[test]
 fn explain_json_keys_and_values() {
     let t = asian(252);
-    let p = plan(&t, &SegmentOptions::default());
+    let p = plan(&verified(&t), &SegmentOptions::default());
     let v = serde_json::to_value(explain(&t, &p)).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     let mut want = vec![
@@ -357,18 +396,18 @@ fn explain_json_keys_and_values() {
     assert_eq!(v["cuts"][0], 98);
     assert_eq!(v["crossing"][14], 7);
     assert_eq!(v["persistent"], 38);
-    assert_eq!(v["max_live_plain"], 769);
+    assert_eq!(v["max_live_plain"], 766);
 }
 
 #[test]
 fn explain_text_and_svg() {
     let t = asian(252);
-    let p = plan(&t, &SegmentOptions::default());
+    let p = plan(&verified(&t), &SegmentOptions::default());
     let text = explain_text(&t, &p);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "1536 nodes, 1279 active; 16 segments (registers); 38 persistent; max live 769 plain, 69 checkpointed"
+        "1536 nodes, 1279 active; 16 segments (registers); 38 persistent; max live 766 plain, 68 checkpointed"
     );
     assert_eq!(lines.len(), 2 + 16 + 1);
     assert!(lines[18].starts_with("crossing: values crossing the cut"));
@@ -387,8 +426,8 @@ fn explain_text_and_svg() {
         "plain vs checkpointed (16 segments)",
         "node position",
         "forward values alive",
-        "plain (max 769)",
-        "checkpointed (max 69)",
+        "plain (max 766)",
+        "checkpointed (max 68)",
     ] {
         assert!(svg.contains(needle), "missing {needle}");
     }
@@ -396,13 +435,13 @@ fn explain_text_and_svg() {
     assert_eq!(svg, explain_svg(&t, &p));
     // The plain picture of a short tape draws too.
     let e = european();
-    let pe = plan(&e, &SegmentOptions::default());
+    let pe = plan(&verified(&e), &SegmentOptions::default());
     assert!(explain_svg(&e, &pe).contains("plain kernel (not checkpointed)"));
     // Profiles: the plain curve peaks at the end of the tape, the checkpointed one stays low.
     let plain = alive_profile_plain(&t, &p.activity);
     let ckpt = alive_profile_checkpointed(&t, &p);
-    assert_eq!(plain.iter().max(), Some(&769));
-    assert_eq!(ckpt.iter().max(), Some(&69));
+    assert_eq!(plain.iter().max(), Some(&766));
+    assert_eq!(ckpt.iter().max(), Some(&68));
     assert!(plain[1400] > 600 && ckpt[1400] < 90);
 }
 
@@ -437,7 +476,7 @@ proptest! {
         seg_len in 0u32..20,
     ) {
         let o = SegmentOptions { strategy: strategy_of(k), segments: if s == 0 { None } else { Some(s) }, ckpt_nodes: 20, seg_len: Some(seg_len) };
-        let p = plan(&t, &o); // checks check_plan in debug builds
+        let p = plan(&verified(&t), &o); // checks check_plan in debug builds
         prop_assert_eq!(check_plan(&t, &p), Ok(()));
         let sp = &p.segments;
         let n = t.len();
@@ -496,7 +535,7 @@ proptest! {
 
     #[test]
     fn one_segment_gives_the_plain_plan(t in arb_tape()) {
-        let p = plan(&t, &opts(Some(1)));
+        let p = plan(&verified(&t), &opts(Some(1)));
         prop_assert_eq!(p.segments.segments.len(), 1);
         prop_assert!(p.segments.cuts.is_empty() && p.segments.crossing.is_empty());
         prop_assert_eq!(p.segments.strategy, Checkpoint::Off);
@@ -514,7 +553,7 @@ proptest! {
 #[ignore = "writes /tmp/explain_asian252.svg for a look"]
 fn write_explain_svg() {
     let t = asian(252);
-    let p = plan(&t, &SegmentOptions::default());
+    let p = plan(&verified(&t), &SegmentOptions::default());
     std::fs::write("/tmp/explain_asian252.svg", explain_svg(&t, &p)).unwrap();
 }
 
@@ -524,12 +563,12 @@ fn long_tapes_and_many_segments_stay_fast() {
     // its explain finish well under a second in a debug build (everything is O(n log n)).
     let t = asian(2000);
     let start = std::time::Instant::now();
-    let every = plan(&t, &opts(Some(u32::MAX)));
+    let every = plan(&verified(&t), &opts(Some(u32::MAX)));
     assert_eq!(every.segments.segments.len(), t.len());
     assert_eq!(every.segments.cuts.len(), t.len() - 1);
     let e = explain(&t, &every);
     assert!(e.max_live_checkpointed > 0);
-    let p16 = plan(&t, &opts(Some(16)));
+    let p16 = plan(&verified(&t), &opts(Some(16)));
     assert_eq!(p16.segments.persistent.len(), 38);
     assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
 }
@@ -540,7 +579,7 @@ fn print_explain_text() {
     let t = asian(252);
     println!(
         "{}",
-        explain_text(&t, &plan(&t, &SegmentOptions::default()))
+        explain_text(&t, &plan(&verified(&t), &SegmentOptions::default()))
     );
     println!(
         "{}",

@@ -104,6 +104,17 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                             b
                         }
                     }
+                    BinaryOp::Lt => f64::from(u8::from(a < b)),
+                    BinaryOp::Le => f64::from(u8::from(a <= b)),
+                    BinaryOp::Gt => f64::from(u8::from(a > b)),
+                    BinaryOp::Ge => f64::from(u8::from(a >= b)),
+                    BinaryOp::Pow => {
+                        if a > 0.0 {
+                            a.powf(b)
+                        } else {
+                            f64::NAN
+                        }
+                    }
                 }
             }
             Node::Unary(op, a) => {
@@ -114,6 +125,10 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                     UnaryOp::Log => a.ln(),
                     UnaryOp::Sqrt => a.sqrt(),
                     UnaryOp::Abs => a.abs(),
+                    UnaryOp::Tanh => a.tanh(),
+                    // Phi(a) = erfc(-a / sqrt 2) / 2, with the closed forms' own erfc (a series
+                    // and a continued fraction), not the one the crate's rule table calls.
+                    UnaryOp::Ncdf => nablac::closed_form::erfc(-a / std::f64::consts::SQRT_2) / 2.0,
                 }
             }
         };
@@ -173,6 +188,12 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                                 d[ib] += di
                             }
                         }
+                        // Indicators: derivative 0 with respect to both arguments.
+                        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {}
+                        BinaryOp::Pow => {
+                            d[ia] += di * vb * va.powf(vb - 1.0);
+                            d[ib] += di * c * va.ln();
+                        }
                     }
                 }
                 Node::Unary(op, a) => {
@@ -192,6 +213,11 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                                 0.0
                             };
                             d[ia] += di * sign
+                        }
+                        UnaryOp::Tanh => d[ia] += di * (1.0 - c * c),
+                        UnaryOp::Ncdf => {
+                            d[ia] +=
+                                di * (-va * va / 2.0).exp() / (2.0 * std::f64::consts::PI).sqrt()
                         }
                     }
                 }

@@ -1,0 +1,654 @@
+//! The one table of op rules: what every arithmetic op computes and how its derivative flows,
+//! stated once, as data.
+//!
+//! Every back end evaluates these rules and none spells an op's arithmetic itself: the C-like
+//! printer renders them as text (`emit::body`), the CPU lowering builds Cranelift instructions
+//! from them (`jit::lower`), the f64 reference evaluates them (`reference`), and the middle end
+//! reads which forward values an adjoint rule needs ([`Rule::reads`]) and which ops carry a
+//! derivative at all ([`Rule::is_differentiable`]). Adding an op is one entry here plus its
+//! spelling where a target lacks a function (the dialect's math names, the CPU's libm table).
+//! The independent definition in `compiler/tests/definition` does NOT read this table: it is the
+//! check on it.
+//!
+//! A rule's expressions read `A` and `B` (the arguments' forward values), `C` (the node's own
+//! value) and `D` (the node's adjoint in the reverse sweep). Every adjoint step is linear in `D`:
+//! the contribution to an argument is `expr` (added, or subtracted when `sub`), so replacing `D` by
+//! an argument's tangent gives the same rule in forward mode. Evaluation order is the tree's:
+//! `D * C / B` is `(D * C) / B`, and every printer must keep it (no reassociation), so that all
+//! targets round alike.
+//!
+//! | op | value | adjoint |
+//! |---|---|---|
+//! | `add a b` | a + b | da += d; db += d |
+//! | `sub a b` | a - b | da += d; db -= d |
+//! | `mul a b` | a * b | da += d*b; db += d*a |
+//! | `div a b` | a / b | da += d/b; db -= d*c/b |
+//! | `max a b` | a >= b ? a : b | if a >= b: da += d, else db += d |
+//! | `min a b` | a <= b ? a : b | if a <= b: da += d, else db += d |
+//! | `neg a` | -a | da -= d |
+//! | `exp a` | e^a | da += d*c |
+//! | `log a` | ln a | da += d/a |
+//! | `sqrt a` | sqrt a | da += d*0.5/c |
+//! | `abs a` | abs a | if a > 0: da += d, else if a < 0: da -= d |
+//! | `lt a b` (`le`, `gt`, `ge`) | a < b ? 1 : 0 | none: not differentiable, so not active |
+//! | `pow a b` | a > 0 ? a^b : NaN | da += d*b*a^(b-1); db += d*c*ln a |
+//! | `tanh a` | tanh a | da += d*(1 - c*c) |
+//! | `ncdf a` | 0.5 * erfc(-a / sqrt 2) | da += d*exp(-0.5*(a*a))/sqrt(2 pi) |
+
+use crate::tape::Op;
+
+/// Two-operand arithmetic inside a rule.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl Arith {
+    /// The C operator.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Arith::Add => "+",
+            Arith::Sub => "-",
+            Arith::Mul => "*",
+            Arith::Div => "/",
+        }
+    }
+}
+
+/// An ordered comparison (false when either side is NaN).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Cmp {
+    /// The C operator.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+        }
+    }
+}
+
+/// A math function a rule calls; each target spells it (a dialect's math names, the CPU's libm).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Fun {
+    Exp,
+    Log,
+    Sqrt,
+    Abs,
+    Tanh,
+    /// The complementary error function.
+    Erfc,
+}
+
+/// A precision the rules can be evaluated in on the host (the reference's f64, and f32).
+pub trait Real:
+    Copy
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    /// `x` rounded to this precision.
+    fn of(x: f64) -> Self;
+    fn to_f64(self) -> f64;
+    /// `f(x)`: Rust's std (which calls the host libm) and, for erfc, the `libm` crate.
+    fn call(f: Fun, x: Self) -> Self;
+    fn pow(self, y: Self) -> Self;
+}
+
+impl Real for f64 {
+    fn of(x: f64) -> Self {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn call(f: Fun, x: f64) -> f64 {
+        match f {
+            Fun::Exp => x.exp(),
+            Fun::Log => x.ln(),
+            Fun::Sqrt => x.sqrt(),
+            Fun::Abs => x.abs(),
+            Fun::Tanh => x.tanh(),
+            Fun::Erfc => libm::erfc(x),
+        }
+    }
+    fn pow(self, y: f64) -> f64 {
+        self.powf(y)
+    }
+}
+
+impl Real for f32 {
+    fn of(x: f64) -> Self {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn call(f: Fun, x: f32) -> f32 {
+        match f {
+            Fun::Exp => x.exp(),
+            Fun::Log => x.ln(),
+            Fun::Sqrt => x.sqrt(),
+            Fun::Abs => x.abs(),
+            Fun::Tanh => x.tanh(),
+            Fun::Erfc => libm::erfcf(x),
+        }
+    }
+    fn pow(self, y: f32) -> f32 {
+        self.powf(y)
+    }
+}
+
+/// An expression over a node's operands (module doc).
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Expr {
+    /// The first argument's forward value.
+    A,
+    /// The second argument's forward value.
+    B,
+    /// The node's own forward value.
+    C,
+    /// The node's adjoint.
+    D,
+    /// A literal, rounded to the kernel precision.
+    Lit(f64),
+    Neg(&'static Expr),
+    Arith(Arith, &'static Expr, &'static Expr),
+    Call(Fun, &'static Expr),
+    /// `x^y` (the C library's `pow`; rules guard its domain themselves).
+    Pow(&'static Expr, &'static Expr),
+    /// A quiet NaN.
+    Nan,
+    /// `cond ? then : else`.
+    Select(Cond, &'static Expr, &'static Expr),
+}
+
+/// `lhs cmp rhs`.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Cond {
+    pub cmp: Cmp,
+    pub lhs: &'static Expr,
+    pub rhs: &'static Expr,
+}
+
+/// Which argument an adjoint step feeds.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Arg {
+    A,
+    B,
+}
+
+/// `d(arg) += expr`, or `-= expr` when `sub`; `expr` is linear in `D`.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Acc {
+    pub arg: Arg,
+    pub sub: bool,
+    pub expr: Expr,
+}
+
+/// One step of an adjoint rule.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Step {
+    Acc(Acc),
+    /// `if cond { then } else { otherwise }` (a branch of `max`, `min`, `abs`).
+    If(Cond, Acc, Option<&'static Step>),
+}
+
+/// An arithmetic op's rules: its value and its adjoint steps, in order.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Rule {
+    pub value: Expr,
+    pub adjoint: &'static [Step],
+}
+
+impl Rule {
+    /// Does the op pass a derivative to its arguments? (A node of an op that does not is
+    /// constant as far as derivatives go: activity does not flow through it.)
+    pub fn is_differentiable(&self) -> bool {
+        !self.adjoint.is_empty()
+    }
+
+    /// Which of `A`, `B`, `C` the adjoint steps read when only the arguments `active` (`[a, b]`)
+    /// receive adjoints: `(a, b, c)`. A step that feeds an inactive argument is never emitted, so
+    /// its reads do not count (a branch's condition counts while any arm feeds an active
+    /// argument). This is what the reverse sweep needs of the forward sweep.
+    pub fn reads(&self, active: [bool; 2]) -> (bool, bool, bool) {
+        let mut r = (false, false, false);
+        for step in self.adjoint {
+            step_reads(step, active, &mut r);
+        }
+        r
+    }
+
+    /// Does the rule (value or adjoint) call `f`?
+    pub fn calls(&self, f: Fun) -> bool {
+        let mut found = false;
+        self.visit(&mut |e| found |= matches!(*e, Expr::Call(g, _) if g == f));
+        found
+    }
+
+    /// Calls `f` on every sub-expression of the value and the adjoint steps.
+    pub fn visit(&self, f: &mut impl FnMut(&Expr)) {
+        visit_expr(&self.value, f);
+        for step in self.adjoint {
+            visit_step(step, f);
+        }
+    }
+
+    /// Every literal the rule uses (value and adjoint), so a back end can define them once.
+    pub fn literals(&self, out: &mut Vec<f64>) {
+        expr_literals(&self.value, out);
+        for step in self.adjoint {
+            step_literals(step, out);
+        }
+    }
+}
+
+fn visit_expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
+    f(e);
+    match *e {
+        Expr::A | Expr::B | Expr::C | Expr::D | Expr::Lit(_) | Expr::Nan => {}
+        Expr::Neg(x) | Expr::Call(_, x) => visit_expr(x, f),
+        Expr::Arith(_, x, y) | Expr::Pow(x, y) => {
+            visit_expr(x, f);
+            visit_expr(y, f);
+        }
+        Expr::Select(c, x, y) => {
+            visit_expr(c.lhs, f);
+            visit_expr(c.rhs, f);
+            visit_expr(x, f);
+            visit_expr(y, f);
+        }
+    }
+}
+
+fn visit_step(step: &Step, f: &mut impl FnMut(&Expr)) {
+    match step {
+        Step::Acc(acc) => visit_expr(&acc.expr, f),
+        Step::If(c, then, otherwise) => {
+            visit_expr(c.lhs, f);
+            visit_expr(c.rhs, f);
+            visit_expr(&then.expr, f);
+            if let Some(s) = otherwise {
+                visit_step(s, f);
+            }
+        }
+    }
+}
+
+fn expr_reads(e: &Expr, r: &mut (bool, bool, bool)) {
+    match *e {
+        Expr::A => r.0 = true,
+        Expr::B => r.1 = true,
+        Expr::C => r.2 = true,
+        Expr::D | Expr::Lit(_) | Expr::Nan => {}
+        Expr::Neg(x) | Expr::Call(_, x) => expr_reads(x, r),
+        Expr::Arith(_, x, y) | Expr::Pow(x, y) => {
+            expr_reads(x, r);
+            expr_reads(y, r);
+        }
+        Expr::Select(c, x, y) => {
+            expr_reads(c.lhs, r);
+            expr_reads(c.rhs, r);
+            expr_reads(x, r);
+            expr_reads(y, r);
+        }
+    }
+}
+
+/// Does `step` (or any arm of it) feed an argument in `active`?
+fn step_feeds(step: &Step, active: [bool; 2]) -> bool {
+    let feeds = |acc: &Acc| active[usize::from(acc.arg == Arg::B)];
+    match step {
+        Step::Acc(acc) => feeds(acc),
+        Step::If(_, then, otherwise) => {
+            feeds(then) || otherwise.is_some_and(|s| step_feeds(s, active))
+        }
+    }
+}
+
+fn step_reads(step: &Step, active: [bool; 2], r: &mut (bool, bool, bool)) {
+    if !step_feeds(step, active) {
+        return;
+    }
+    match step {
+        Step::Acc(acc) => expr_reads(&acc.expr, r),
+        Step::If(c, then, otherwise) => {
+            expr_reads(c.lhs, r);
+            expr_reads(c.rhs, r);
+            if active[usize::from(then.arg == Arg::B)] {
+                expr_reads(&then.expr, r);
+            }
+            if let Some(s) = otherwise {
+                step_reads(s, active, r);
+            }
+        }
+    }
+}
+
+fn expr_literals(e: &Expr, out: &mut Vec<f64>) {
+    match *e {
+        Expr::Lit(x) => {
+            if !out.iter().any(|y| y.to_bits() == x.to_bits()) {
+                out.push(x)
+            }
+        }
+        Expr::A | Expr::B | Expr::C | Expr::D | Expr::Nan => {}
+        Expr::Neg(x) | Expr::Call(_, x) => expr_literals(x, out),
+        Expr::Arith(_, x, y) | Expr::Pow(x, y) => {
+            expr_literals(x, out);
+            expr_literals(y, out);
+        }
+        Expr::Select(c, x, y) => {
+            expr_literals(c.lhs, out);
+            expr_literals(c.rhs, out);
+            expr_literals(x, out);
+            expr_literals(y, out);
+        }
+    }
+}
+
+fn step_literals(step: &Step, out: &mut Vec<f64>) {
+    match step {
+        Step::Acc(acc) => expr_literals(&acc.expr, out),
+        Step::If(c, then, otherwise) => {
+            expr_literals(c.lhs, out);
+            expr_literals(c.rhs, out);
+            expr_literals(&then.expr, out);
+            if let Some(s) = otherwise {
+                step_literals(s, out);
+            }
+        }
+    }
+}
+
+// Short spellings for the table below.
+const A: &Expr = &Expr::A;
+const B: &Expr = &Expr::B;
+const C: &Expr = &Expr::C;
+const D: &Expr = &Expr::D;
+
+const fn arith(op: Arith, x: &'static Expr, y: &'static Expr) -> Expr {
+    Expr::Arith(op, x, y)
+}
+const fn acc(arg: Arg, expr: Expr) -> Acc {
+    Acc {
+        arg,
+        sub: false,
+        expr,
+    }
+}
+const fn dec(arg: Arg, expr: Expr) -> Acc {
+    Acc {
+        arg,
+        sub: true,
+        expr,
+    }
+}
+const fn cond(cmp: Cmp, lhs: &'static Expr, rhs: &'static Expr) -> Cond {
+    Cond { cmp, lhs, rhs }
+}
+
+static ADD: Rule = Rule {
+    value: arith(Arith::Add, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, Expr::D)),
+        Step::Acc(acc(Arg::B, Expr::D)),
+    ],
+};
+static SUB: Rule = Rule {
+    value: arith(Arith::Sub, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, Expr::D)),
+        Step::Acc(dec(Arg::B, Expr::D)),
+    ],
+};
+static MUL: Rule = Rule {
+    value: arith(Arith::Mul, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, B))),
+        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, A))),
+    ],
+};
+static DIV: Rule = Rule {
+    value: arith(Arith::Div, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Div, D, B))),
+        Step::Acc(dec(Arg::B, arith(Arith::Div, &arith(Arith::Mul, D, C), B))),
+    ],
+};
+static MAX: Rule = Rule {
+    value: Expr::Select(cond(Cmp::Ge, A, B), A, B),
+    adjoint: &[Step::If(
+        cond(Cmp::Ge, A, B),
+        acc(Arg::A, Expr::D),
+        Some(&Step::Acc(acc(Arg::B, Expr::D))),
+    )],
+};
+static MIN: Rule = Rule {
+    value: Expr::Select(cond(Cmp::Le, A, B), A, B),
+    adjoint: &[Step::If(
+        cond(Cmp::Le, A, B),
+        acc(Arg::A, Expr::D),
+        Some(&Step::Acc(acc(Arg::B, Expr::D))),
+    )],
+};
+static NEG: Rule = Rule {
+    value: Expr::Neg(A),
+    adjoint: &[Step::Acc(dec(Arg::A, Expr::D))],
+};
+static EXP: Rule = Rule {
+    value: Expr::Call(Fun::Exp, A),
+    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C)))],
+};
+static LOG: Rule = Rule {
+    value: Expr::Call(Fun::Log, A),
+    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Div, D, A)))],
+};
+static SQRT: Rule = Rule {
+    value: Expr::Call(Fun::Sqrt, A),
+    adjoint: &[Step::Acc(acc(
+        Arg::A,
+        arith(Arith::Div, &arith(Arith::Mul, D, &Expr::Lit(0.5)), C),
+    ))],
+};
+static ABS: Rule = Rule {
+    value: Expr::Call(Fun::Abs, A),
+    adjoint: &[Step::If(
+        cond(Cmp::Gt, A, &Expr::Lit(0.0)),
+        acc(Arg::A, Expr::D),
+        Some(&Step::If(
+            cond(Cmp::Lt, A, &Expr::Lit(0.0)),
+            dec(Arg::A, Expr::D),
+            None,
+        )),
+    )],
+};
+
+/// `1 if a CMP b else 0`: no derivative (the indicator is flat wherever it is differentiable).
+const fn indicator(cmp: Cmp) -> Rule {
+    Rule {
+        value: Expr::Select(cond(cmp, A, B), &Expr::Lit(1.0), &Expr::Lit(0.0)),
+        adjoint: &[],
+    }
+}
+static LT: Rule = indicator(Cmp::Lt);
+static LE: Rule = indicator(Cmp::Le);
+static GT: Rule = indicator(Cmp::Gt);
+static GE: Rule = indicator(Cmp::Ge);
+static POW: Rule = Rule {
+    value: Expr::Select(
+        cond(Cmp::Gt, A, &Expr::Lit(0.0)),
+        &Expr::Pow(A, B),
+        &Expr::Nan,
+    ),
+    adjoint: &[
+        // d * b * a^(b - 1)
+        Step::Acc(acc(
+            Arg::A,
+            arith(
+                Arith::Mul,
+                &arith(Arith::Mul, D, B),
+                &Expr::Pow(A, &arith(Arith::Sub, B, &Expr::Lit(1.0))),
+            ),
+        )),
+        // d * c * ln a
+        Step::Acc(acc(
+            Arg::B,
+            arith(
+                Arith::Mul,
+                &arith(Arith::Mul, D, C),
+                &Expr::Call(Fun::Log, A),
+            ),
+        )),
+    ],
+};
+static TANH: Rule = Rule {
+    value: Expr::Call(Fun::Tanh, A),
+    // d * (1 - c * c)
+    adjoint: &[Step::Acc(acc(
+        Arg::A,
+        arith(
+            Arith::Mul,
+            D,
+            &arith(Arith::Sub, &Expr::Lit(1.0), &arith(Arith::Mul, C, C)),
+        ),
+    ))],
+};
+/// sqrt(2).
+const SQRT_2: f64 = std::f64::consts::SQRT_2;
+/// sqrt(2 pi).
+const SQRT_2PI: f64 = 2.5066282746310002;
+static NCDF: Rule = Rule {
+    // 0.5 * erfc(-a / sqrt 2)
+    value: arith(
+        Arith::Mul,
+        &Expr::Lit(0.5),
+        &Expr::Call(
+            Fun::Erfc,
+            &arith(Arith::Div, &Expr::Neg(A), &Expr::Lit(SQRT_2)),
+        ),
+    ),
+    // d * exp(-0.5 * (a * a)) / sqrt(2 pi)
+    adjoint: &[Step::Acc(acc(
+        Arg::A,
+        arith(
+            Arith::Div,
+            &arith(
+                Arith::Mul,
+                D,
+                &Expr::Call(
+                    Fun::Exp,
+                    &arith(Arith::Mul, &Expr::Lit(-0.5), &arith(Arith::Mul, A, A)),
+                ),
+            ),
+            &Expr::Lit(SQRT_2PI),
+        ),
+    ))],
+};
+
+/// The rules of an arithmetic op; `None` for the leaves (`input`, `const`, `normal`,
+/// `uniform`), whose values each back end loads or draws itself.
+pub fn rule(op: Op) -> Option<&'static Rule> {
+    Some(match op {
+        Op::Input | Op::Const | Op::Normal | Op::Uniform => return None,
+        Op::Add => &ADD,
+        Op::Sub => &SUB,
+        Op::Mul => &MUL,
+        Op::Div => &DIV,
+        Op::Max => &MAX,
+        Op::Min => &MIN,
+        Op::Neg => &NEG,
+        Op::Exp => &EXP,
+        Op::Log => &LOG,
+        Op::Sqrt => &SQRT,
+        Op::Abs => &ABS,
+        Op::Lt => &LT,
+        Op::Le => &LE,
+        Op::Gt => &GT,
+        Op::Ge => &GE,
+        Op::Pow => &POW,
+        Op::Tanh => &TANH,
+        Op::Ncdf => &NCDF,
+    })
+}
+
+/// The value of `e` given the operands (`D` included), in precision `T`; what the reference
+/// computes.
+pub fn eval<T: Real>(e: &Expr, x: &Operands<T>) -> T {
+    match *e {
+        Expr::A => x.a,
+        Expr::B => x.b,
+        Expr::C => x.c,
+        Expr::D => x.d,
+        Expr::Lit(v) => T::of(v),
+        Expr::Neg(y) => -eval(y, x),
+        Expr::Arith(op, y, z) => {
+            let (y, z) = (eval(y, x), eval(z, x));
+            match op {
+                Arith::Add => y + z,
+                Arith::Sub => y - z,
+                Arith::Mul => y * z,
+                Arith::Div => y / z,
+            }
+        }
+        Expr::Call(f, y) => T::call(f, eval(y, x)),
+        Expr::Pow(y, z) => eval(y, x).pow(eval(z, x)),
+        Expr::Nan => T::of(f64::NAN),
+        Expr::Select(c, y, z) => {
+            if eval_cond(&c, x) {
+                eval(y, x)
+            } else {
+                eval(z, x)
+            }
+        }
+    }
+}
+
+/// The truth of `c` given the operands.
+pub fn eval_cond<T: Real>(c: &Cond, x: &Operands<T>) -> bool {
+    let (l, r) = (eval(c.lhs, x), eval(c.rhs, x));
+    match c.cmp {
+        Cmp::Lt => l < r,
+        Cmp::Le => l <= r,
+        Cmp::Gt => l > r,
+        Cmp::Ge => l >= r,
+    }
+}
+
+/// The operand values an evaluation reads (unused ones may be anything).
+#[derive(Copy, Clone, Debug)]
+pub struct Operands<T> {
+    pub a: T,
+    pub b: T,
+    pub c: T,
+    pub d: T,
+}
+
+/// Applies `step`: `add(arg, sub, delta)` for the contribution that applies, if any.
+pub fn eval_step<T: Real>(step: &Step, x: &Operands<T>, add: &mut impl FnMut(Arg, bool, T)) {
+    match step {
+        Step::Acc(acc) => add(acc.arg, acc.sub, eval(&acc.expr, x)),
+        Step::If(c, then, otherwise) => {
+            if eval_cond(c, x) {
+                eval_step(&Step::Acc(*then), x, add)
+            } else if let Some(s) = otherwise {
+                eval_step(s, x, add)
+            }
+        }
+    }
+}
