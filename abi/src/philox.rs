@@ -9,7 +9,9 @@
 //! (x0, x1, x2, x3) = philox4x32_10(counter, key)
 //! fp32: u1 = ((x0 >> 8) + 0.5) * 2^-24                       u2 = (x1 >> 8) * 2^-24
 //! fp64: u1 = ((((x0 << 32) | x1) >> 11) + 0.5) * 2^-53       u2 = (((x2 << 32) | x3) >> 11) * 2^-53
-//! normal  = sqrt(-2 ln u1) * cos(2 pi u2)      uniform = u1 (from the uniform counter)
+//! normal  = sqrt(-2 ln u1) * cos(2 pi u2)
+//! uniform (from the uniform counter): fp32 ((x0 >> 9) + 0.5) * 2^-23,
+//!                                     fp64 ((((x0 << 32) | x1) >> 12) + 0.5) * 2^-52
 //! ```
 //!
 //! Evaluation order, in the draw's precision (f32 or f64) throughout: the integer is converted to the
@@ -18,6 +20,7 @@
 //! then `sqrt(-2 * ln(u1)) * cos(TAU * u2)`. Note: the `+ 0.5` is exact only for integers below 2^23
 //! (f32) resp. 2^52 (f64); above, it rounds to nearest even, so `u1` is in (0, 1], not (0, 1): in f32
 //! `u1 = 1` when `x0 >> 8 = 2^24 - 1` (probability 2^-24), in f64 when the 53-bit integer is `2^53 - 1`.
+//! The uniform draw keeps one bit fewer, so every step is exact and it lies strictly in (0, 1).
 //! A normal draw is then exactly 0; never NaN or infinite. The f32 and f64 draws read different bits
 //! (f32: x0, x1; f64: all four words), so they are not roundings of each other.
 
@@ -67,6 +70,8 @@ pub fn draw_block(seed: u64, path: u64, k: u32, stream: u32) -> [u32; 4] {
 
 const TWO_POW_M53: f64 = 1.0 / 9_007_199_254_740_992.0; // 2^-53
 const TWO_POW_M24: f32 = 1.0 / 16_777_216.0; // 2^-24
+const TWO_POW_M52: f64 = 1.0 / 4_503_599_627_370_496.0; // 2^-52
+const TWO_POW_M23: f32 = 1.0 / 8_388_608.0; // 2^-23
 
 /// The f64 pair `(u1, u2)` of a Philox block: `u1` in (0, 1], `u2` in [0, 1).
 pub fn uniforms_f64(x: [u32; 4]) -> (f64, f64) {
@@ -99,9 +104,22 @@ pub fn normal_f64(seed: u64, path: u64, k: u32) -> f64 {
     box_muller_f64(u1, u2)
 }
 
-/// Uniform draw `k` of `path` under `seed`, computed in f64: in (0, 1] (1 only with probability 2^-53).
+/// The f64 uniform of a Philox block: `((((x0 << 32) | x1) >> 12) + 0.5) * 2^-52`, exactly
+/// representable, so strictly inside (0, 1).
+pub fn uniform_of_f64(x: [u32; 4]) -> f64 {
+    let a = ((u64::from(x[0]) << 32) | u64::from(x[1])) >> 12;
+    (a as f64 + 0.5) * TWO_POW_M52
+}
+
+/// The f32 uniform of a Philox block: `((x0 >> 9) + 0.5) * 2^-23`, exactly representable, so
+/// strictly inside (0, 1).
+pub fn uniform_of_f32(x: [u32; 4]) -> f32 {
+    ((x[0] >> 9) as f32 + 0.5) * TWO_POW_M23
+}
+
+/// Uniform draw `k` of `path` under `seed`, computed in f64: in (0, 1), never 0 or 1.
 pub fn uniform_f64(seed: u64, path: u64, k: u32) -> f64 {
-    uniforms_f64(draw_block(seed, path, k, 1)).0
+    uniform_of_f64(draw_block(seed, path, k, 1))
 }
 
 /// Standard normal draw `k` of `path` under `seed`, computed in f32 (finite for every argument).
@@ -110,14 +128,34 @@ pub fn normal_f32(seed: u64, path: u64, k: u32) -> f32 {
     box_muller_f32(u1, u2)
 }
 
-/// Uniform draw `k` of `path` under `seed`, computed in f32: in (0, 1] (1 only with probability 2^-24).
+/// Uniform draw `k` of `path` under `seed`, computed in f32: in (0, 1), never 0 or 1.
 pub fn uniform_f32(seed: u64, path: u64, k: u32) -> f32 {
-    uniforms_f32(draw_block(seed, path, k, 1)).0
+    uniform_of_f32(draw_block(seed, path, k, 1))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uniforms_stay_inside_the_open_interval_at_the_extreme_counters() {
+        let top = [u32::MAX; 4];
+        let bottom = [0; 4];
+        assert!(uniform_of_f32(top) < 1.0 && uniform_of_f32(bottom) > 0.0);
+        assert!(uniform_of_f64(top) < 1.0 && uniform_of_f64(bottom) > 0.0);
+        assert_eq!(uniform_of_f32(top), 1.0 - 2f32.powi(-24));
+        assert_eq!(uniform_of_f64(top), 1.0 - 2f64.powi(-53));
+        assert_eq!(uniform_of_f32(bottom), 2f32.powi(-24));
+        assert_eq!(uniform_of_f64(bottom), 2f64.powi(-53));
+        // The normal's u1 still rounds to 1 at the top (and Box–Muller gives -0 there, not NaN).
+        assert_eq!(uniforms_f32(top).0, 1.0);
+        // Seed 15626855, path 0, uniform 0: x0 >> 8 = 2^24 - 1, where the old f32 uniform (the
+        // normal's u1 formula) was exactly 1 and log(1 - u) was -inf.
+        let x = draw_block(15_626_855, 0, 0, 1);
+        assert_eq!(x[0] >> 8, (1 << 24) - 1);
+        assert!(uniform_f32(15_626_855, 0, 0) < 1.0);
+        assert!((1.0 - uniform_f32(15_626_855, 0, 0)).ln().is_finite());
+    }
 
     #[test]
     fn known_answers() {
@@ -153,7 +191,7 @@ mod tests {
         );
         assert_eq!(
             uniform_f64(seed, path, k).to_bits(),
-            uniforms_f64(u).0.to_bits()
+            uniform_of_f64(u).to_bits()
         );
         let (v1, v2) = uniforms_f32(n);
         assert_eq!(
@@ -162,7 +200,7 @@ mod tests {
         );
         assert_eq!(
             uniform_f32(seed, path, k).to_bits(),
-            uniforms_f32(u).0.to_bits()
+            uniform_of_f32(u).to_bits()
         );
     }
 

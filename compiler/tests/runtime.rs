@@ -569,6 +569,47 @@ fn asian_252_at_a_million_paths() {
 const EDGE_SEED: u64 = 11264;
 const EDGE_PATH: u64 = 8;
 
+/// Seed 15626855, path 0, uniform 0: x0 >> 8 = 2^24 - 1, where a uniform made like the normal's
+/// u1 rounds to exactly 1 in f32. The uniform keeps one bit fewer and stays below 1 on every
+/// backend, in f32 and f64, so `log(1 - u)` is finite and equals the definition.
+#[test]
+fn a_uniform_at_the_top_counter_stays_below_one() {
+    const SEED: u64 = 15_626_855;
+    assert_eq!(
+        definition::philox([0, 0, 0, 1], [SEED as u32, 0])[0] >> 8,
+        (1 << 24) - 1
+    );
+    let text = "nablatape 1\n%0 = input x 2.0\n%1 = uniform 0\n%2 = const 1.0\n%3 = sub %2 %1\n\
+                %4 = log %3\n%5 = mul %0 %4\noutput y = %5\n";
+    let tape = nablac::format::read(text.as_bytes()).expect("reads");
+    for (target, backend) in backends() {
+        for (precision, variates, rel) in [
+            (Precision::F32, Variates::F32, 1e-5),
+            (Precision::F64, Variates::F64, 1e-12),
+        ] {
+            let Some(k) = kernel(
+                target,
+                &backend,
+                &tape,
+                Config::plain(precision, Mode::Reverse),
+            ) else {
+                continue;
+            };
+            let r = backend
+                .run(&k, &[vec![2.0]], 1, SEED, &RunOptions::default())
+                .expect("runs")
+                .remove(0);
+            let d = definition::run(&tape, &[2.0], SEED, 1, variates);
+            let what = format!("{} {precision:?} uniform at the top", backend_name(target));
+            assert!(
+                bits(&r).iter().all(|&b| f64::from_bits(b).is_finite()),
+                "{what}: {r:?}"
+            );
+            check_against(&what, &r, &d, rel);
+        }
+    }
+}
+
 #[test]
 fn a_draw_whose_f32_u1_rounds_to_one_is_zero_not_nan() {
     assert_eq!(

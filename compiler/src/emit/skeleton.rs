@@ -52,6 +52,11 @@ struct Skeleton {
     half: String,
     two21: String,
     ulp: String,
+    /// The uniform draw's integer parts and scale (`uniform_open`).
+    v_x0: String,
+    v_x1: String,
+    two20: String,
+    vulp: String,
     minus_two: String,
     cos_2pi: String,
     /// The square root the normal draw calls (`Dialect::draw_sqrt`).
@@ -118,6 +123,19 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
             d.literal(2f64.powi(-24), p),
         )
     };
+    let (v_x0, v_x1, vulp) = if f64 {
+        (
+            d.cast("double", "x.x"),
+            d.cast("double", "x.y >> 12u"),
+            d.literal(2f64.powi(-52), p),
+        )
+    } else {
+        (
+            d.cast("float", "x.x >> 9u"),
+            String::new(),
+            d.literal(2f64.powi(-23), p),
+        )
+    };
     let sk = Skeleton {
         version: env!("CARGO_PKG_VERSION"),
         kind: kind(body),
@@ -155,6 +173,10 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         half: d.literal(0.5, p),
         two21: d.literal(2097152.0, p),
         ulp,
+        v_x0,
+        v_x1,
+        two20: d.literal(1048576.0, p),
+        vulp,
         minus_two: d.literal(-2.0, p),
         cos_2pi: d.cos_2pi(p),
         draw_sqrt: d.draw_sqrt(p),

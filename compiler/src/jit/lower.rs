@@ -45,6 +45,8 @@ struct K {
     mtwo: Value,
     tau: Value,
     scale: Value,
+    /// The uniform draw's scale: 2^-52 (f64), 2^-23 (f32).
+    uscale: Value,
     m0: Value,
     m1: Value,
     stream: [Value; 2],
@@ -130,22 +132,25 @@ fn draw(
     let ck = b.ins().iconst(types::I32, i64::from(k));
     let stream = cx.k.stream[usize::from(kind == DrawKind::Uniform)];
     let x = philox(b, (cx.k.m0, cx.k.m1), keys, [ck, path.0, path.1, stream]);
+    // A uniform draw keeps one bit fewer than the normal's u1 (TAPE-FORMAT.md), so it stays in (0, 1).
+    let uniform = kind == DrawKind::Uniform;
+    let scale = if uniform { cx.k.uscale } else { cx.k.scale };
     let (u1, u2) = match cx.precision {
         Precision::F64 => {
-            let word = |b: &mut FunctionBuilder, hi: Value, lo: Value| {
+            let word = |b: &mut FunctionBuilder, hi: Value, lo: Value, shift: i64| {
                 let h = b.ins().uextend(types::I64, hi);
                 let h = b.ins().ishl_imm_u(h, 32);
                 let l = b.ins().uextend(types::I64, lo);
                 let w = b.ins().bor(h, l);
-                let w = b.ins().ushr_imm_u(w, 11);
+                let w = b.ins().ushr_imm_u(w, shift);
                 b.ins().fcvt_from_uint(types::F64, w)
             };
-            let (scale, half) = (cx.k.scale, cx.k.half);
-            let a = word(b, x[0], x[1]);
+            let half = cx.k.half;
+            let a = word(b, x[0], x[1], if uniform { 12 } else { 11 });
             let a = b.ins().fadd(a, half);
             let u1 = b.ins().fmul(a, scale);
             let u2 = if kind == DrawKind::Normal {
-                let w = word(b, x[2], x[3]);
+                let w = word(b, x[2], x[3], 11);
                 Some(b.ins().fmul(w, scale))
             } else {
                 None
@@ -153,8 +158,8 @@ fn draw(
             (u1, u2)
         }
         Precision::F32 => {
-            let (scale, half) = (cx.k.scale, cx.k.half);
-            let a = b.ins().ushr_imm_u(x[0], 8);
+            let half = cx.k.half;
+            let a = b.ins().ushr_imm_u(x[0], if uniform { 9 } else { 8 });
             let a = b.ins().fcvt_from_uint(types::F32, a);
             let a = b.ins().fadd(a, half);
             let u1 = b.ins().fmul(a, scale);
@@ -457,6 +462,10 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
         scale: match precision {
             Precision::F64 => b.ins().f64const(1.0 / 9_007_199_254_740_992.0),
             Precision::F32 => b.ins().f32const(1.0f32 / 16_777_216.0),
+        },
+        uscale: match precision {
+            Precision::F64 => b.ins().f64const(1.0 / 4_503_599_627_370_496.0),
+            Precision::F32 => b.ins().f32const(1.0f32 / 8_388_608.0),
         },
         m0: b.ins().iconst(types::I32, i64::from(M0)),
         m1: b.ins().iconst(types::I32, i64::from(M1)),

@@ -36,7 +36,7 @@ pub fn philox(mut c: [u32; 4], mut k: [u32; 2]) -> [u32; 4] {
     c
 }
 
-/// (u1, u2) of draw `k` of path `path` under `seed`, counter word 3 = `w3`.
+/// (u1, u2) of normal draw `k` of path `path` under `seed`, counter word 3 = `w3`.
 fn uniforms(seed: u64, path: u64, k: u32, w3: u32, v: Variates) -> (f64, f64) {
     let x = philox(
         [k, path as u32, (path >> 32) as u32, w3],
@@ -63,8 +63,21 @@ pub fn normal(seed: u64, path: u64, k: u32, v: Variates) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
+/// Uniform draw `k`: from the uniform counter (word 3 = 1), one bit fewer than the normal's u1,
+/// so it lies strictly in (0, 1): fp32 ((x0 >> 9) + 0.5) * 2^-23, fp64
+/// ((((x0 << 32) | x1) >> 12) + 0.5) * 2^-52.
 pub fn uniform(seed: u64, path: u64, k: u32, v: Variates) -> f64 {
-    uniforms(seed, path, k, 1, v).0
+    let x = philox(
+        [k, path as u32, (path >> 32) as u32, 1],
+        [seed as u32, (seed >> 32) as u32],
+    );
+    match v {
+        Variates::F64 => {
+            let hi = (u64::from(x[0]) << 32) | u64::from(x[1]);
+            ((hi >> 12) as f64 + 0.5) * 2f64.powi(-52)
+        }
+        Variates::F32 => f64::from(((x[0] >> 9) as f32 + 0.5) * 2f32.powi(-23)),
+    }
 }
 
 /// One path: `outputs[o]` and `greeks[o][i]` = d output o / d input i.
