@@ -298,3 +298,64 @@ fn run_on_the_cpu_is_deterministic_and_matches_a_compiled_kernel() {
     let e = fails(&["run", "e.bin", "--paths", "0"], &d, 1);
     assert!(e.contains("--paths"), "{e}");
 }
+
+/// Issue 14's findings about options and files, each refused with exit status 1 and nothing
+/// written: numeric options out of range, `-o` naming the input or something that is not a
+/// regular file, a path count past 2^63 - 1, a market value an f32 kernel cannot hold.
+#[test]
+fn out_of_range_options_and_unsafe_outputs_are_refused() {
+    let d = scratch("hardening");
+    ok(&["record", "european", "-o", "e.bin"], &d);
+    let before = std::fs::read(d.join("e.bin")).unwrap();
+    for (option, value, needle) in [
+        ("--segments", "0", "--segments = 0 is out of range"),
+        ("--seg-len", "0", "--seg-len = 0 is out of range"),
+        (
+            "--min-blocks",
+            "4294967295",
+            "--min-blocks = 4294967295 is out of range",
+        ),
+        ("--ckpt-nodes", "0", "--ckpt-nodes = 0 is out of range"),
+    ] {
+        let e = fails(
+            &["e.bin", "--target", "cuda", "-o", "k.cu", option, value],
+            &d,
+            1,
+        );
+        assert!(e.contains(needle), "{option}: {e}");
+    }
+    // -o onto the input tape: refused, the tape intact.
+    let e = fails(&["e.bin", "--target", "cuda", "-o", "e.bin"], &d, 1);
+    assert!(e.contains("it is the input tape"), "{e}");
+    let e = fails(&["e.bin", "--target", "cuda", "-o", "./e.bin"], &d, 1);
+    assert!(e.contains("it is the input tape"), "{e}");
+    assert_eq!(std::fs::read(d.join("e.bin")).unwrap(), before);
+    // -o onto a directory: refused, and no temporary file left beside it.
+    std::fs::create_dir(d.join("out")).unwrap();
+    let e = fails(&["e.bin", "--target", "cuda", "-o", "out"], &d, 1);
+    assert!(e.contains("not a regular file"), "{e}");
+    // The manifest's path a directory: the kernel is not written either.
+    std::fs::create_dir(d.join("k2.cu.json")).unwrap();
+    let e = fails(&["e.bin", "--target", "cuda", "-o", "k2.cu"], &d, 1);
+    assert!(e.contains("not a regular file"), "{e}");
+    assert_eq!(files_in(&d), ["e.bin", "k2.cu.json", "out"]);
+    // Paths past 2^63 - 1.
+    let e = fails(&["run", "e.bin", "--paths", "9223372036854775808"], &d, 1);
+    assert!(e.contains("--paths must be between 1 and 2^63 - 1"), "{e}");
+    // A market value past f32's range on an f32 kernel.
+    let e = fails(
+        &[
+            "run",
+            "e.bin",
+            "--precision",
+            "f32",
+            "--paths",
+            "1024",
+            "--market",
+            "spot=1e39",
+        ],
+        &d,
+        1,
+    );
+    assert!(e.contains("outside the f32 kernel's range"), "{e}");
+}

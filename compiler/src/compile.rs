@@ -94,14 +94,57 @@ pub enum CompileError {
         target: &'static str,
         why: &'static str,
     },
+    /// A numeric option outside the range it may take.
+    #[error("{option} = {value} is out of range: {range}")]
+    OutOfRange {
+        option: &'static str,
+        value: u64,
+        range: &'static str,
+    },
     #[error(transparent)]
     Emit(#[from] EmitError),
     #[error(transparent)]
     Jit(#[from] JitError),
 }
 
+/// The most resident workgroups per multiprocessor a launch-bounds hint may ask for (the
+/// hardware limit of every CUDA GPU nablac targets: 32 blocks per SM from sm_50 to sm_90).
+pub const MAX_MIN_BLOCKS: u32 = 32;
+/// The most segments a plan may be asked for, and the longest segment.
+pub const MAX_SEGMENTS: u32 = 1 << 20;
+
+/// Every numeric option in its range (workgroup sizes are the emitter's to check).
+fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
+    let out = |option, value: u32, range| {
+        Err(CompileError::OutOfRange {
+            option,
+            value: u64::from(value),
+            range,
+        })
+    };
+    let s = &opts.segments;
+    if let Some(n) = s.segments.filter(|&n| n == 0 || n > MAX_SEGMENTS) {
+        return out("--segments", n, "1 (no checkpointing) ..= 1048576");
+    }
+    if let Some(n) = s.seg_len.filter(|&n| n == 0 || n > MAX_SEGMENTS) {
+        return out("--seg-len", n, "1 ..= 1048576 nodes");
+    }
+    if s.ckpt_nodes == 0 {
+        return out("--ckpt-nodes", 0, "at least 1 node");
+    }
+    if let Some(n) = opts.min_blocks.filter(|&n| n > MAX_MIN_BLOCKS) {
+        return out(
+            "--min-blocks",
+            n,
+            "0 (no hint) ..= 32 workgroups per multiprocessor",
+        );
+    }
+    Ok(())
+}
+
 /// Plans the verified tape `tape` and emits its kernel (see the module doc).
 pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    check_ranges(opts)?;
     let refuse = |option, why| {
         Err(CompileError::NotForTarget {
             option,

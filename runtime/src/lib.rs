@@ -361,6 +361,23 @@ impl Backend {
                 problem: format!("{} = {x} is not finite", kernel.manifest.inputs[i]),
             });
         }
+        // An f32 kernel rounds its inputs to f32: a value past f32's range would be an infinity.
+        if kernel.manifest.precision == Precision::F32 {
+            if let Some((i, x)) = market
+                .iter()
+                .enumerate()
+                .find(|(_, x)| !(**x as f32).is_finite())
+            {
+                return Err(RuntimeError::Market {
+                    market: index,
+                    problem: format!(
+                        "{} = {x:e} is outside the f32 kernel's range (|x| <= {:e}); use an f64 kernel",
+                        kernel.manifest.inputs[i],
+                        f32::MAX
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 

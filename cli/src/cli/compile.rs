@@ -71,6 +71,14 @@ pub fn compile(
     Ok(nablac::compile::compile(tape, &compile_options(target, o))?)
 }
 
+/// Do `a` and `b` name one existing file (through links and `..` alike)?
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// The manifest's path for a kernel written to `out`: `out` with `.json` appended.
 pub fn manifest_path(out: &Path) -> PathBuf {
     let mut s = out.as_os_str().to_owned();
@@ -82,6 +90,15 @@ pub fn run(args: &CompileArgs) -> Result<()> {
     let (Some(tape_path), Some(out)) = (&args.tape, &args.output) else {
         bail!("usage: nablac TAPE --target cuda|opencl|glsl|cpu -o FILE (see nablac --help)");
     };
+    for dest in [out.clone(), manifest_path(out)] {
+        if same_file(tape_path, &dest) {
+            bail!(
+                "refusing to write {}: it is the input tape {}",
+                dest.display(),
+                tape_path.display()
+            );
+        }
+    }
     let tape = super::load_tape(tape_path)?;
     let k = compile(&tape, target(args.target), &args.opts)
         .with_context(|| format!("cannot compile {}", tape_path.display()))?;

@@ -17,11 +17,25 @@ impl Staged {
         Self::default()
     }
 
-    /// Writes `bytes` to a temporary file next to `dest`.
+    /// Writes `bytes` to a temporary file next to `dest`. Refuses a `dest` that exists and is not
+    /// a regular file (a directory, a device node, a FIFO): nablac replaces only regular files.
     pub fn write(&mut self, dest: &Path, bytes: &[u8]) -> Result<()> {
         let name = dest
             .file_name()
             .with_context(|| format!("output path {} names no file", dest.display()))?;
+        if let Ok(meta) = fs::symlink_metadata(dest) {
+            let meta = if meta.file_type().is_symlink() {
+                fs::metadata(dest).unwrap_or(meta)
+            } else {
+                meta
+            };
+            if !meta.is_file() {
+                anyhow::bail!(
+                    "refusing to write {}: it exists and is not a regular file",
+                    dest.display()
+                );
+            }
+        }
         let mut tmp_name = std::ffi::OsString::from(".");
         tmp_name.push(name);
         tmp_name.push(format!(".nablac-{}.tmp", std::process::id()));
@@ -35,11 +49,17 @@ impl Staged {
         Ok(())
     }
 
-    /// Moves every staged file into place.
+    /// Moves every staged file into place. A rename that fails leaves no temporary file behind
+    /// (the destinations were checked by `write`, so that is a race with another process).
     pub fn commit(mut self) -> Result<()> {
-        for (tmp, dest) in std::mem::take(&mut self.files) {
-            fs::rename(&tmp, &dest)
-                .with_context(|| format!("cannot move {} to {}", tmp.display(), dest.display()))?;
+        while !self.files.is_empty() {
+            let (tmp, dest) = self.files.remove(0);
+            if let Err(e) = fs::rename(&tmp, &dest) {
+                let _ = fs::remove_file(&tmp);
+                return Err(e).with_context(|| {
+                    format!("cannot move {} to {}", tmp.display(), dest.display())
+                });
+            }
         }
         Ok(())
     }

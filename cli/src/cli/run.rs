@@ -18,7 +18,7 @@ pub struct RunArgs {
     /// Where to run (`vulkan` = `glsl`). Default: cpu for a tape, the manifest's for a kernel.
     #[arg(long, value_enum)]
     target: Option<TargetArg>,
-    /// Monte Carlo paths.
+    /// Monte Carlo paths (1 ..= 2^63 - 1).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     paths: u64,
     /// Seed of the Philox generator.
@@ -65,8 +65,8 @@ fn is_tape(bytes: &[u8]) -> bool {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    if args.paths == 0 {
-        bail!("--paths must be at least 1");
+    if args.paths == 0 || args.paths > i64::MAX as u64 {
+        bail!("--paths must be between 1 and 2^63 - 1, not {}", args.paths);
     }
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;

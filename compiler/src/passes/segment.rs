@@ -10,11 +10,10 @@
 //! - **Crossing.** A value v crosses cut c (a position in 1..n-1, the first node of a segment) when
 //!   `v < c <= last_read(v)`. Draws and inputs count like any other value.
 //! - **Segment count S.** `Checkpoint::Off`, `segments == Some(0 | 1)` → 1. `Some(k > 1)` → k.
-//!   Otherwise S = ceil(n / seg_len) (seg_len defaults to
-//!   [`DEFAULT_SEG_LEN`](crate::plan::DEFAULT_SEG_LEN); 0 is read as 1), for register recompute
-//!   only once the tape has at least `ckpt_nodes` nodes (else 1). S is then
-//!   reduced to n when S > n (every segment keeps at least one node); a tape of 0 or 1 nodes has
-//!   one segment.
+//!   Otherwise S = ceil(L / seg_len), L the number of *live* nodes (dead ones cost nothing in a
+//!   kernel; seg_len defaults to [`DEFAULT_SEG_LEN`](crate::plan::DEFAULT_SEG_LEN); 0 is read
+//!   as 1), for register recompute only once L is at least `ckpt_nodes` (else 1). S is then
+//!   reduced to L when S > L; a tape of 0 or 1 live nodes has one segment.
 //! - **Cuts.** Cut s (1..S-1) aims at floor(s·n/S) and searches the window ±max(1, n/(4S)),
 //!   clamped to stay above the previous cut and to leave room for the cuts after it (so cuts are
 //!   strictly increasing inside 1..n-1; the clamped window is never empty when S <= n). The chosen
@@ -86,7 +85,7 @@ pub fn crossing_profile(last_read: &[Option<u32>]) -> Vec<u32> {
     out
 }
 
-/// The number of segments the options ask for on a tape of `n` nodes, after reducing it to n.
+/// The number of segments the options ask for on a tape of `n` live nodes, after reducing it to n.
 pub fn segment_count(n: usize, opts: &SegmentOptions) -> u32 {
     let n32 = u32::try_from(n).unwrap_or(u32::MAX);
     let wanted = if opts.strategy == Checkpoint::Off {
@@ -218,7 +217,10 @@ pub fn segment(
         .zip(&liveness.last_use)
         .all(|(l, all)| l.is_none() || (all.is_some() && l <= all)));
     let cross = crossing_profile(&last);
-    let count = segment_count(n, opts);
+    // Dead nodes cost nothing in a kernel, so they do not count towards the segment length (a
+    // tape with 1,000 dead draws is not cut into 21 segments).
+    let live_nodes = act.live.iter().filter(|&&l| l).count();
+    let count = segment_count(live_nodes, opts);
     let cuts = choose_cuts(&cross, n, count);
     let crossing: Vec<u32> = cuts.iter().map(|&c| cross[c as usize]).collect();
 

@@ -260,6 +260,35 @@ fn more_segments_than_nodes_is_reduced() {
 }
 
 #[test]
+fn dead_nodes_do_not_count_towards_the_segment_length() {
+    // The European (24 live nodes) with 1,000 dead draws after it: 1,024 nodes, but no kernel
+    // computes the dead ones, so the default plan stays plain (it was cut into 11 segments).
+    let e = european();
+    let mut t = e.tape().clone();
+    let first = t.n_draws;
+    for k in 0..1000 {
+        t.nodes
+            .push(Node::Draw(crate::tape::DrawKind::Normal, first + k));
+    }
+    t.n_draws = t.draws_used();
+    assert_eq!(t.len(), 1024);
+    let p = plan(&verified(&t), &SegmentOptions::default());
+    assert_eq!(p.segments.segments.len(), 1);
+    let p = plan(
+        &verified(&t),
+        &SegmentOptions {
+            strategy: Checkpoint::Scratch,
+            ..SegmentOptions::default()
+        },
+    );
+    assert_eq!(
+        p.segments.segments.len(),
+        1,
+        "24 live nodes: one 100-node segment"
+    );
+}
+
+#[test]
 fn dead_nodes_never_cross() {
     // %0 x; %1 exp x; %2..%9 a chain of neg from %1; %10 = log %1 (dead: nothing reads it);
     // %11 = add %9 %0 is the output. %1's only read after the chain is dead.
@@ -480,7 +509,8 @@ proptest! {
         prop_assert_eq!(check_plan(&t, &p), Ok(()));
         let sp = &p.segments;
         let n = t.len();
-        prop_assert_eq!(sp.segments.len() as u32, segment_count(n, &o));
+        let live_nodes = p.activity.live.iter().filter(|&&l| l).count();
+        prop_assert_eq!(sp.segments.len() as u32, segment_count(live_nodes, &o));
         prop_assert!(sp.segments.len() <= n.max(1));
         // Crossing counts against a brute-force recount; the persistent set is exactly
         // crossings ∪ inputs ∪ outputs.
