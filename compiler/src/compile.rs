@@ -1,13 +1,13 @@
 //! The whole pipeline in one call: plan a verified tape, then emit its kernel for any target.
 //!
 //! `compile(tape, opts)` runs `passes::plan` with `opts.segments` and hands the plan to the CPU
-//! lowering (`jit::emit`, target `cpu`) or to the C-like emitter (`emit::emit`, the GPU targets).
+//! lowering (`clif::emit`, target `cpu`) or to the C-like emitter (`emit::emit`, the GPU targets).
 //! It is what `nablac TAPE --target T -o FILE` and `nablac run TAPE` do, and what a program that
 //! builds kernels from tapes calls. Guarantees: the same tape and options give the same bytes;
 //! an option a target cannot honour is an error naming both, never a silent substitute.
 
+use crate::clif::ClifError;
 use crate::emit::{EmitError, EmitOptions, Manifest, Mode, Precision, ScratchLayout, Target};
-use crate::jit::JitError;
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::verify::Verified;
 
@@ -104,7 +104,7 @@ pub enum CompileError {
     #[error(transparent)]
     Emit(#[from] EmitError),
     #[error(transparent)]
-    Jit(#[from] JitError),
+    Clif(#[from] ClifError),
 }
 
 /// The most resident workgroups per multiprocessor a launch-bounds hint may ask for (the
@@ -167,9 +167,9 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
     let plan = crate::passes::plan(tape, &opts.segments);
     let (source, manifest) = match opts.target {
         Target::Cpu => {
-            let k = crate::jit::emit(
+            let k = crate::clif::emit(
                 tape,
-                &crate::jit::Options {
+                &crate::clif::Options {
                     mode: opts.mode,
                     precision: opts.precision,
                 },

@@ -8,12 +8,12 @@
 //!
 //! Each arrow is one function with a typed result; nothing goes backwards.
 
+pub mod clif;
 pub mod closed_form;
 pub mod compile;
 pub mod corpus;
 pub mod emit;
 pub mod format;
-pub mod jit;
 pub mod ops;
 pub mod passes;
 pub mod plan;

@@ -1,4 +1,4 @@
-//! CPU code: the tape lowered to Cranelift IR and JIT-compiled (the reference and embedded default target).
+//! CPU code: the tape lowered to Cranelift IR, written as CLIF text; the runtime JIT-compiles it (the reference and embedded default target).
 //!
 //! `nablac --target cpu` writes CLIF text (Cranelift's own printer, [`emit`]) and a [`Manifest`]
 //! (target `cpu`). The runtime (`nablac_runtime::cpu::load`) parses the text with
@@ -68,7 +68,7 @@ pub struct Kernel {
 
 /// Why a CPU kernel could not be generated, loaded or run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum JitError {
+pub enum ClifError {
     #[error("tape not lowerable to CPU code: {rule} (at {place})")]
     Tape { rule: &'static str, place: String },
 }
@@ -85,9 +85,9 @@ pub fn sums(tape: &Tape, mode: Mode) -> Vec<String> {
 
 /// The one limit of the CPU code beyond the tape's rules: its row and input offsets fit the
 /// lowering's 32-bit displacements.
-fn check_size(tape: &Tape) -> Result<(), JitError> {
+fn check_size(tape: &Tape) -> Result<(), ClifError> {
     if tape.len() > u32::MAX as usize / 64 || tape.inputs.len() > (i32::MAX / 8) as usize {
-        return Err(JitError::Tape {
+        return Err(ClifError::Tape {
             rule: "the tape fits the CPU code's offsets",
             place: format!("{} nodes", tape.len()),
         });
@@ -149,7 +149,7 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
 /// Lowers a verified tape to CLIF text and its manifest (the CPU code ignores the checkpoint
 /// plan: Cranelift's register allocator spills what it must). Same tape and options give the
 /// same bytes.
-pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, JitError> {
+pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, ClifError> {
     let tape = v.tape();
     check_size(tape)?;
     let manifest = manifest(tape, opts);

@@ -205,7 +205,7 @@ fn check_against_reference(
         for (s, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
                 close(*g, *w, rel),
-                "path {p} sum {s}: jit {g:e} reference {w:e} ({precision:?} {mode:?})"
+                "path {p} sum {s}: cpu kernel {g:e} reference {w:e} ({precision:?} {mode:?})"
             );
         }
     }

@@ -1,4 +1,4 @@
-//! Tape → Cranelift IR: the block function of the CPU target (ABI in the module doc of `jit`).
+//! Tape → Cranelift IR: the block function of the CPU target (ABI in the module doc of `clif`).
 //!
 //! Layout of the generated function:
 //!
@@ -22,7 +22,7 @@
 //! `tanh`, `erfc`, `pow` only where a live node's rule calls them.
 
 use super::abi::{entry_signature, libm, CALL_CONV};
-use super::{JitError, Options};
+use super::{ClifError, Options};
 use crate::emit::manifest::{Mode, Precision};
 use crate::ops::{self, Arg, Arith, Cmp, Cond, Expr, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
@@ -366,8 +366,8 @@ fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]
     greeks
 }
 
-/// Lowers a verified tape to the CPU block function (see the `jit` module doc for the ABI).
-pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function, JitError> {
+/// Lowers a verified tape to the CPU block function (see the `clif` module doc for the ABI).
+pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function, ClifError> {
     let (tape, activity) = (v.tape(), &v.info().activity);
     let n = tape.len();
     let (ty, precision) = match opts.precision {
