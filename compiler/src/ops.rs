@@ -251,10 +251,13 @@ impl Rule {
 
     /// Every literal the rule uses (value and adjoint), so a back end can define them once.
     pub fn literals(&self, out: &mut Vec<f64>) {
-        expr_literals(&self.value, out);
-        for step in self.adjoint {
-            step_literals(step, out);
-        }
+        self.visit(&mut |e| {
+            if let Expr::Lit(x) = *e {
+                if !out.iter().any(|y| y.to_bits() == x.to_bits()) {
+                    out.push(x)
+                }
+            }
+        });
     }
 }
 
@@ -290,24 +293,14 @@ fn visit_step(step: &Step, f: &mut impl FnMut(&Expr)) {
     }
 }
 
+/// Marks which of `A`, `B`, `C` the expression reads.
 fn expr_reads(e: &Expr, r: &mut (bool, bool, bool)) {
-    match *e {
+    visit_expr(e, &mut |x| match x {
         Expr::A => r.0 = true,
         Expr::B => r.1 = true,
         Expr::C => r.2 = true,
-        Expr::D | Expr::Lit(_) | Expr::Nan => {}
-        Expr::Neg(x) | Expr::Call(_, x) => expr_reads(x, r),
-        Expr::Arith(_, x, y) | Expr::Pow(x, y) => {
-            expr_reads(x, r);
-            expr_reads(y, r);
-        }
-        Expr::Select(c, x, y) => {
-            expr_reads(c.lhs, r);
-            expr_reads(c.rhs, r);
-            expr_reads(x, r);
-            expr_reads(y, r);
-        }
-    }
+        _ => {}
+    });
 }
 
 /// Does `step` (or any arm of it) feed an argument in `active`?
@@ -335,42 +328,6 @@ fn step_reads(step: &Step, active: [bool; 2], r: &mut (bool, bool, bool)) {
             }
             if let Some(s) = otherwise {
                 step_reads(s, active, r);
-            }
-        }
-    }
-}
-
-fn expr_literals(e: &Expr, out: &mut Vec<f64>) {
-    match *e {
-        Expr::Lit(x) => {
-            if !out.iter().any(|y| y.to_bits() == x.to_bits()) {
-                out.push(x)
-            }
-        }
-        Expr::A | Expr::B | Expr::C | Expr::D | Expr::Nan => {}
-        Expr::Neg(x) | Expr::Call(_, x) => expr_literals(x, out),
-        Expr::Arith(_, x, y) | Expr::Pow(x, y) => {
-            expr_literals(x, out);
-            expr_literals(y, out);
-        }
-        Expr::Select(c, x, y) => {
-            expr_literals(c.lhs, out);
-            expr_literals(c.rhs, out);
-            expr_literals(x, out);
-            expr_literals(y, out);
-        }
-    }
-}
-
-fn step_literals(step: &Step, out: &mut Vec<f64>) {
-    match step {
-        Step::Acc(acc) => expr_literals(&acc.expr, out),
-        Step::If(c, then, otherwise) => {
-            expr_literals(c.lhs, out);
-            expr_literals(c.rhs, out);
-            expr_literals(&then.expr, out);
-            if let Some(s) = otherwise {
-                step_literals(s, out);
             }
         }
     }
