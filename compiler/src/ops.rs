@@ -234,13 +234,6 @@ impl Rule {
         r
     }
 
-    /// Does the rule (value or adjoint) call `f`?
-    pub fn calls(&self, f: Fun) -> bool {
-        let mut found = false;
-        self.visit(&mut |e| found |= matches!(*e, Expr::Call(g, _) if g == f));
-        found
-    }
-
     /// Calls `f` on every sub-expression of the value and the adjoint steps.
     pub fn visit(&self, f: &mut impl FnMut(&Expr)) {
         visit_expr(&self.value, f);
@@ -388,22 +381,22 @@ static DIV: Rule = Rule {
         Step::Acc(dec(Arg::B, arith(Arith::Div, &arith(Arith::Mul, D, C), B))),
     ],
 };
-static MAX: Rule = Rule {
-    value: Expr::Select(cond(Cmp::Ge, A, B), A, B),
-    adjoint: &[Step::If(
-        cond(Cmp::Ge, A, B),
-        acc(Arg::A, Expr::D),
-        Some(&Step::Acc(acc(Arg::B, Expr::D))),
-    )],
-};
-static MIN: Rule = Rule {
-    value: Expr::Select(cond(Cmp::Le, A, B), A, B),
-    adjoint: &[Step::If(
-        cond(Cmp::Le, A, B),
-        acc(Arg::A, Expr::D),
-        Some(&Step::Acc(acc(Arg::B, Expr::D))),
-    )],
-};
+/// `a CMP b ? a : b`, the whole adjoint to the argument chosen (ties to the first). A macro, not
+/// a `const fn`: the adjoint's `&[...]` must be a static's own constant to live as long.
+macro_rules! select {
+    ($cmp:expr) => {
+        Rule {
+            value: Expr::Select(cond($cmp, A, B), A, B),
+            adjoint: &[Step::If(
+                cond($cmp, A, B),
+                acc(Arg::A, Expr::D),
+                Some(&Step::Acc(acc(Arg::B, Expr::D))),
+            )],
+        }
+    };
+}
+static MAX: Rule = select!(Cmp::Ge);
+static MIN: Rule = select!(Cmp::Le);
 static NEG: Rule = Rule {
     value: Expr::Neg(A),
     adjoint: &[Step::Acc(dec(Arg::A, Expr::D))],

@@ -4,31 +4,10 @@
 //! Every argument names an earlier node, so the list is already topologically sorted. Analyses never
 //! add fields to nodes: they live in side tables keyed by id (see `verify::TapeInfo` and `passes`).
 //!
-//! What every op computes and its adjoint (`d` is the adjoint of the op's result `c`):
-//!
-//! | op | value | adjoint |
-//! |---|---|---|
-//! | `input i` | the input's value | accumulates into input i's Greek |
-//! | `const k` | `consts[k]` | none |
-//! | `normal K` | standard normal draw K of the path | none |
-//! | `uniform K` | uniform draw K of the path, in (0,1) | none |
-//! | `add a b` | a + b | da += d; db += d |
-//! | `sub a b` | a - b | da += d; db -= d |
-//! | `mul a b` | a * b | da += d*b; db += d*a |
-//! | `div a b` | a / b | da += d/b; db -= d*c/b |
-//! | `max a b` | a if a >= b else b | to a when a >= b, else to b |
-//! | `min a b` | a if a <= b else b | to a when a <= b, else to b |
-//! | `neg a` | -a | da -= d |
-//! | `exp a` | e^a | da += d*c |
-//! | `log a` | ln a | da += d/a |
-//! | `sqrt a` | sqrt a | da += d*0.5/c |
-//! | `abs a` | abs a | da += d*sign(a), sign(0) = 0 |
-//! | `lt a b`, `le`, `gt`, `ge` (format 2) | 1 if a < b (<=, >, >=) else 0 | none (derivative 0) |
-//! | `pow a b` (format 2) | a^b for a > 0, NaN otherwise | da += d*b*a^(b-1); db += d*c*ln a |
-//! | `tanh a` (format 2) | tanh a | da += d*(1 - c*c) |
-//! | `ncdf a` (format 2) | Phi(a) = erfc(-a/sqrt 2)/2 | da += d*exp(-a*a/2)/sqrt(2 pi) |
-//!
-//! `crate::ops` holds these rules as data; every back end evaluates that table.
+//! The leaves: `input i` (the input's value; its adjoint is input i's Greek), `const k`
+//! (`consts[k]`), `normal K` and `uniform K` (draw K of the path, TAPE-FORMAT.md). What every
+//! arithmetic op computes and how its derivative flows is stated once, in `crate::ops`, which
+//! every back end evaluates; this module only names the ops and their codes.
 //!
 //! A `Tape` value may be malformed (it is what a reader or a recorder produced); `verify::verify`
 //! checks every rule of the format and returns the facts later stages need.
