@@ -229,7 +229,7 @@ fn explain_reports_the_plan() {
     assert_eq!(j["cuts"].as_array().unwrap().len(), 15);
     assert_eq!(j["persistent"], 38);
     assert_eq!(j["max_live_plain"], 766);
-    assert_eq!(j["max_live_checkpointed"], 68);
+    assert_eq!(j["max_live_checkpointed"], 69);
     assert!(j["crossing"]
         .as_array()
         .unwrap()

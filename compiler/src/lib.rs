@@ -3,7 +3,7 @@
 //! The data's way through (../shared/DESIGN.md):
 //!
 //! ```text
-//! recorder / .ntape / .bin ──► Tape ──verify──► TapeInfo ──► passes ──► Plan ──► emit ──► kernel source + manifest
+//! recorder / .ntape / .bin ──► Tape ──verify──► Verified ──► passes ──► Plan ──► Schedule ──► printers (emit, clif) ──► kernel source + manifest
 //! ```
 //!
 //! Each arrow is one function with a typed result; nothing goes backwards.
@@ -23,6 +23,7 @@ pub use nablac_abi::{philox, report};
 pub mod products;
 pub mod record;
 pub mod reference;
+pub mod schedule;
 pub mod tape;
 #[cfg(test)]
 pub(crate) mod testing;

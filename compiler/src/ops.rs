@@ -1,9 +1,10 @@
 //! The one table of op rules: what every arithmetic op computes and how its derivative flows,
 //! stated once, as data.
 //!
-//! Every back end evaluates these rules and none spells an op's arithmetic itself: the C-like
-//! printer renders them as text (`emit::body`), the CPU lowering builds Cranelift instructions
-//! from them (`clif::lower`), the f64 reference evaluates them (`reference`), and the middle end
+//! Every back end evaluates these rules and none spells an op's arithmetic itself: the kernel
+//! schedule (`crate::schedule`) attaches each node's rule to its statements, the C-like printer
+//! renders them as text (`emit::body`), the CPU lowering builds Cranelift instructions from them
+//! (`clif::lower`), the f64 reference evaluates them (`reference`), and the middle end
 //! reads which forward values an adjoint rule needs ([`Rule::reads`]) and which ops carry a
 //! derivative at all ([`Rule::is_differentiable`]). Adding an op is one entry here plus its
 //! spelling where a target lacks a function (the dialect's math names, the CPU's libm table).

@@ -3,8 +3,8 @@
 use super::TapeArg;
 use anyhow::Result;
 use clap::Args;
-use nablac::tape::{Op, Tape};
-use nablac::verify::TapeInfo;
+use nablac::tape::Op;
+use nablac::verify::Verified;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -35,7 +35,8 @@ pub struct Summary {
     pub hash: String,
 }
 
-pub fn summarize(tape: &Tape, info: &TapeInfo) -> Summary {
+pub fn summarize(v: &Verified) -> Summary {
+    let (tape, info) = (v.tape(), v.info());
     let mut ops = BTreeMap::new();
     for node in &tape.nodes {
         *ops.entry(node.op().name()).or_insert(0) += 1;
@@ -47,7 +48,7 @@ pub fn summarize(tape: &Tape, info: &TapeInfo) -> Summary {
         draws: tape.n_draws,
         ops,
         active: info.activity.active.iter().filter(|a| **a).count(),
-        max_live: nablac::passes::max_live_plain(tape, &info.activity),
+        max_live: nablac::passes::max_live_plain(v),
         max_live_forward: info.max_live(),
         hash: nablac::format::content_hash(tape),
     }
@@ -55,7 +56,7 @@ pub fn summarize(tape: &Tape, info: &TapeInfo) -> Summary {
 
 pub fn run(args: &InspectArgs) -> Result<()> {
     let tape = super::load_tape(&args.tape.tape)?;
-    let s = summarize(&tape, tape.info());
+    let s = summarize(&tape);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());

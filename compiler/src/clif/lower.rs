@@ -1,32 +1,35 @@
-//! Tape → Cranelift IR: the block function of the CPU target (ABI in the module doc of `clif`).
+//! Schedule → Cranelift IR: the block function of the CPU target (ABI in the module doc of `clif`).
 //!
 //! Layout of the generated function:
 //!
 //! ```text
 //! block0(inputs, seed, first_path, count, out):
-//!     load the inputs; the 20 Philox round keys; every live node that does not depend on a draw
+//!     the literals; the 20 Philox round keys; every definition of the schedule that does not
+//!     depend on a draw (inputs and what reads only them)
 //!     brif count != 0 → block1(0, out), block2
 //! block1(i, row):                      ; one path per iteration
 //!     path = first_path + i
-//!     draws (inline Philox4x32-10, Box–Muller through `log`/`cos`), the path-dependent live nodes
-//!     reverse mode: one reverse sweep per output, seeded with adjoint 1
-//!     store the row (value, value², Greeks per output, as f64)
+//!     the path-dependent definitions (draws: inline Philox4x32-10, Box–Muller through `log`/`cos`)
+//!     reverse mode: the schedule's seeds and adjoint applications, every lane in one sweep
+//!     the leaves: the row (value, value², Greeks per output, as f64)
 //!     i + 1 < count → block1(i + 1, row + 8·width), block2
 //! block2: return
 //! ```
 //!
-//! Values and adjoints are `crate::ops`'s rules, built as CLIF: an adjoint starts at +0.0 and
-//! each step adds (or subtracts) its contribution in the table's order; a branching step (`max`,
-//! `min`, `abs`) is a `select`, not a branch. Only active nodes receive contributions; dead nodes
-//! are never emitted. `exp`, `log`, `cos` are always imported (the draws need log and cos);
-//! `tanh`, `erfc`, `pow` only where a live node's rule calls them.
+//! The lowering reads the plain schedule (`crate::schedule::Schedule::plain`) and never the tape's
+//! ops: values and adjoints are the rules the statements carry (`crate::ops`), built as CLIF: an
+//! adjoint starts at +0.0 and each step adds (or subtracts) its contribution in the table's order;
+//! a branching step (`max`, `min`, `abs`) is a `select`, not a branch. `exp`, `log`, `cos` are
+//! always imported (the draws need log and cos); `tanh`, `erfc`, `pow` only where a rule calls
+//! them.
 
 use super::abi::{entry_signature, libm, CALL_CONV};
 use super::{ClifError, Options};
-use crate::emit::manifest::{Mode, Precision};
-use crate::ops::{self, Arg, Arith, Cmp, Cond, Expr, Fun, Step};
+use crate::emit::manifest::Precision;
+use crate::ops::{Arg, Arith, Cmp, Cond, Expr, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::tape::{DrawKind, Node, NodeId, Tape};
+use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Var};
+use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -52,7 +55,7 @@ struct K {
     stream: [Value; 2],
 }
 
-struct Ctx<'a> {
+struct Ctx {
     k: K,
     precision: Precision,
     exp: FuncRef,
@@ -62,13 +65,11 @@ struct Ctx<'a> {
     tanh: Option<FuncRef>,
     erfc: Option<FuncRef>,
     pow: Option<FuncRef>,
-    tape: &'a Tape,
-    active: &'a [bool],
     /// The literals of every rule the tape uses, defined once in the entry block (by f64 bits).
     lits: Vec<(u64, Value)>,
 }
 
-impl Ctx<'_> {
+impl Ctx {
     /// The entry block's value of rule literal `x`.
     fn lit(&self, x: f64) -> Value {
         self.lits
@@ -247,129 +248,148 @@ fn cond(cx: &Ctx, b: &mut FunctionBuilder, c: &Cond, x: &[Option<Value>; 4]) -> 
     b.ins().fcmp(cc, l, r)
 }
 
-/// The forward value of an arithmetic node from its arguments' values (its rule's `value`).
-fn forward(cx: &Ctx, b: &mut FunctionBuilder, node: &Node, val: &[Option<Value>]) -> Value {
-    if let Node::Const(k) = *node {
-        return cx.fconst(b, cx.tape.consts[k as usize]);
-    }
-    let rule = ops::rule(node.op()).expect("leaves are emitted by the caller");
-    let mut args = node
-        .args()
-        .map(|a| Some(val[a.index()].expect("arguments are emitted before their readers")));
-    let x = [args.next().flatten(), args.next().flatten(), None, None];
-    expr(cx, b, &rule.value, &x)
+/// The values of the schedule's names so far, and the adjoint table of the reverse sweep.
+struct Values {
+    /// `val[v]`: node v's value (`Var::Value`), once defined.
+    val: Vec<Option<Value>>,
+    /// `adj[v * lanes + lane]`: node v's adjoint in `lane`; `None` is an adjoint still at +0.0.
+    adj: Vec<Option<Value>>,
+    lanes: usize,
 }
 
-/// The adjoint table of one reverse sweep: `None` is an adjoint still at its initial +0.0.
-struct Adjoints {
-    adj: Vec<Option<Value>>,
-    zero: Value,
+impl Values {
+    fn operand(&self, cx: &Ctx, x: Operand) -> Value {
+        match x {
+            Operand::Lit(v) => cx.lit(v),
+            Operand::Var(Var::Value(n)) => {
+                self.val[n.index()].expect("values are defined before they are read")
+            }
+            Operand::Var(Var::Copy(_)) => unreachable!("the plain schedule has no opaque copies"),
+        }
+    }
+
+    fn adjoint(&self, cx: &Ctx, v: NodeId, lane: usize) -> Value {
+        self.adj[v.index() * self.lanes + lane].unwrap_or(cx.k.zero)
+    }
+}
+
+/// The value a definition computes (draws under the path's generator).
+fn define(
+    cx: &Ctx,
+    b: &mut FunctionBuilder,
+    vals: &Values,
+    def: &Def,
+    draws: &dyn Fn(&mut FunctionBuilder, DrawKind, u32) -> Value,
+    input: &dyn Fn(&mut FunctionBuilder, u32) -> Value,
+) -> Value {
+    match *def {
+        Def::Input(k) => input(b, k),
+        Def::Draw { kind, index, .. } => draws(b, kind, index),
+        Def::Rule { rule, args } => {
+            let x = [
+                args[0].map(|a| vals.operand(cx, a)),
+                args[1].map(|a| vals.operand(cx, a)),
+                None,
+                None,
+            ];
+            expr(cx, b, &rule.value, &x)
+        }
+    }
 }
 
 /// When a guarded adjoint step applies: `(flag, true)` when the i8 `flag` is 1, `(flag, false)`
 /// when it is 0.
 type Guard = Option<(Value, bool)>;
 
-impl Adjoints {
-    /// Applies one adjoint step of `node` (arguments `args`) to the table, selecting instead of
-    /// branching; contributions to inactive arguments are skipped.
-    fn step(
-        &mut self,
-        cx: &Ctx,
-        b: &mut FunctionBuilder,
-        step: &Step,
-        args: &[NodeId],
-        x: &[Option<Value>; 4],
-        guard: Guard,
-    ) {
-        match step {
-            Step::Acc(acc) => {
-                let a = args[if acc.arg == Arg::A { 0 } else { 1 }];
-                if !cx.active[a.index()] {
-                    return;
+/// Applies one adjoint step of `adj` to the table, selecting instead of branching; steps that feed
+/// no adjoint (`adj.to`) are skipped.
+fn step(
+    cx: &Ctx,
+    b: &mut FunctionBuilder,
+    vals: &mut Values,
+    adj: &Adjoint,
+    step_: &Step,
+    x: &[Option<Value>; 4],
+    guard: Guard,
+) {
+    match step_ {
+        Step::Acc(acc) => {
+            let Some(a) = adj.to[if acc.arg == Arg::A { 0 } else { 1 }] else {
+                return;
+            };
+            let old = vals.adjoint(cx, a, adj.lane);
+            let c = expr(cx, b, &acc.expr, x);
+            let new = if acc.sub {
+                b.ins().fsub(old, c)
+            } else {
+                b.ins().fadd(old, c)
+            };
+            let new = match guard {
+                None => new,
+                Some((flag, true)) => b.ins().select(flag, new, old),
+                Some((flag, false)) => b.ins().select(flag, old, new),
+            };
+            vals.adj[a.index() * vals.lanes + adj.lane] = Some(new);
+        }
+        Step::If(c, then, otherwise) => {
+            let flag = cond(cx, b, c, x);
+            let (then_guard, else_guard) = match guard {
+                None => (Some((flag, true)), Some((flag, false))),
+                Some((g, pol)) => {
+                    // Nested: apply when the outer guard holds and this condition does (not).
+                    let g = if pol {
+                        g
+                    } else {
+                        b.ins().icmp_imm_u(IntCC::Equal, g, 0)
+                    };
+                    let not_flag = b.ins().icmp_imm_u(IntCC::Equal, flag, 0);
+                    let t = b.ins().band(g, flag);
+                    let e = b.ins().band(g, not_flag);
+                    (Some((t, true)), Some((e, true)))
                 }
-                let old = self.adj[a.index()].unwrap_or(self.zero);
-                let c = expr(cx, b, &acc.expr, x);
-                let new = if acc.sub {
-                    b.ins().fsub(old, c)
-                } else {
-                    b.ins().fadd(old, c)
-                };
-                let new = match guard {
-                    None => new,
-                    Some((flag, true)) => b.ins().select(flag, new, old),
-                    Some((flag, false)) => b.ins().select(flag, old, new),
-                };
-                self.adj[a.index()] = Some(new);
-            }
-            Step::If(c, then, otherwise) => {
-                let flag = cond(cx, b, c, x);
-                let (then_guard, else_guard) = match guard {
-                    None => (Some((flag, true)), Some((flag, false))),
-                    Some((g, pol)) => {
-                        // Nested: apply when the outer guard holds and this condition does (not).
-                        let g = if pol {
-                            g
-                        } else {
-                            b.ins().icmp_imm_u(IntCC::Equal, g, 0)
-                        };
-                        let not_flag = b.ins().icmp_imm_u(IntCC::Equal, flag, 0);
-                        let t = b.ins().band(g, flag);
-                        let e = b.ins().band(g, not_flag);
-                        (Some((t, true)), Some((e, true)))
-                    }
-                };
-                self.step(cx, b, &Step::Acc(*then), args, x, then_guard);
-                if let Some(s) = otherwise {
-                    self.step(cx, b, s, args, x, else_guard);
-                }
+            };
+            step(cx, b, vals, adj, &Step::Acc(*then), x, then_guard);
+            if let Some(s) = otherwise {
+                step(cx, b, vals, adj, s, x, else_guard);
             }
         }
     }
 }
 
-/// One reverse sweep from `out` (adjoint 1); returns the Greek of every input (+0.0 where none).
-fn reverse(cx: &Ctx, b: &mut FunctionBuilder, out: NodeId, val: &[Option<Value>]) -> Vec<Value> {
-    let n_inputs = cx.tape.inputs.len();
-    let zero = cx.k.zero;
-    let mut greeks = vec![zero; n_inputs];
-    if !cx.active[out.index()] {
-        return greeks;
+/// Every literal the schedule reads (its rules' and its constant operands'), each once.
+fn literals(schedule: &Schedule) -> Vec<f64> {
+    let mut out = Vec::new();
+    for rule in schedule.rules() {
+        rule.literals(&mut out);
     }
-    let mut t = Adjoints {
-        adj: vec![None; cx.tape.len()],
-        zero,
+    let mut push = |x: Option<Operand>| {
+        if let Some(Operand::Lit(v)) = x {
+            if !out.iter().any(|y: &f64| y.to_bits() == v.to_bits()) {
+                out.push(v);
+            }
+        }
     };
-    t.adj[out.index()] = Some(cx.k.one);
-    for i in (0..=out.index()).rev() {
-        let Some(d) = t.adj[i] else { continue };
-        let node = &cx.tape.nodes[i];
-        if let Node::Input(k) = *node {
-            greeks[k as usize] = d;
-            continue;
-        }
-        let Some(rule) = ops::rule(node.op()) else {
-            continue;
-        };
-        let args: Vec<NodeId> = node.args().collect();
-        let v = |id: NodeId| Some(val[id.index()].expect("live nodes have values"));
-        let x = [
-            args.first().and_then(|&a| v(a)),
-            args.get(1).and_then(|&a| v(a)),
-            val[i],
-            Some(d),
-        ];
-        for step in rule.adjoint {
-            t.step(cx, b, step, &args, &x, None);
-        }
-    }
-    greeks
+    schedule.walk(&mut |s| match s {
+        Stmt::Define {
+            def: Def::Rule { args, .. },
+            ..
+        } => args.iter().for_each(|&a| push(a)),
+        Stmt::Adjoint(adj) => adj.x.iter().for_each(|&a| push(a)),
+        Stmt::Leaves(leaves) => leaves.iter().for_each(|l| {
+            if let Leaf::Value(x) = *l {
+                push(Some(x))
+            }
+        }),
+        _ => {}
+    });
+    out
 }
 
 /// Lowers a verified tape to the CPU block function (see the `clif` module doc for the ABI).
 pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function, ClifError> {
-    let (tape, activity) = (v.tape(), &v.info().activity);
+    let tape = v.tape();
     let n = tape.len();
+    let schedule = Schedule::plain(v, ScheduleOptions::new(opts.mode));
     let (ty, precision) = match opts.precision {
         Precision::F64 => (types::F64, Precision::F64),
         Precision::F32 => (types::F32, Precision::F32),
@@ -379,24 +399,14 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
     unary.params.push(AbiParam::new(ty));
     unary.returns.push(AbiParam::new(ty));
     let unary = func.import_signature(unary);
-    let live = &activity.live;
-    // exp, log and cos always (draws); tanh, erfc and pow only where a live node's rule calls them.
-    let used = |f: &dyn Fn(&Expr) -> bool| {
-        tape.nodes.iter().enumerate().any(|(i, node)| {
-            let mut found = false;
-            if let Some(rule) = ops::rule(node.op()).filter(|_| live[i]) {
-                rule.visit(&mut |e| found |= f(e));
-            }
-            found
-        })
-    };
+    // exp, log and cos always (draws); tanh, erfc and pow only where a rule calls them.
     let wanted = [
         ("exp", true),
         ("log", true),
         ("cos", true),
-        ("tanh", used(&|e| matches!(e, Expr::Call(Fun::Tanh, _)))),
-        ("erfc", used(&|e| matches!(e, Expr::Call(Fun::Erfc, _)))),
-        ("pow", used(&|e| matches!(e, Expr::Pow(..)))),
+        ("tanh", schedule.calls(Some(Fun::Tanh))),
+        ("erfc", schedule.calls(Some(Fun::Erfc))),
+        ("pow", schedule.calls(None)),
     ];
     let mut binary = None;
     let mut imports = [None; 6];
@@ -428,11 +438,11 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
 
     // Path-dependent nodes (draws and everything that reads one) run once per path; the rest once.
     let varying = &v.info().path_dependent;
-    let mut width = 2usize;
-    if opts.mode == Mode::Reverse {
-        width += tape.inputs.len();
-    }
-    let row_bytes = (8 * width * tape.outputs.len()) as i64;
+    let leaves = match schedule.body.last() {
+        Some(Stmt::Leaves(leaves)) => leaves.clone(),
+        _ => unreachable!("a schedule ends with its leaves"),
+    };
+    let row_bytes = (8 * leaves.len()) as i64;
 
     let mut fctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut func, &mut fctx);
@@ -471,13 +481,7 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
         m1: b.ins().iconst(types::I32, i64::from(M1)),
         stream: [b.ins().iconst(types::I32, 0), b.ins().iconst(types::I32, 1)],
     };
-    let mut literals = Vec::new();
-    for (i, node) in tape.nodes.iter().enumerate() {
-        if let Some(rule) = ops::rule(node.op()).filter(|_| live[i]) {
-            rule.literals(&mut literals);
-        }
-    }
-    let lits = literals
+    let lits = literals(&schedule)
         .into_iter()
         .map(|x| (x.to_bits(), fc(&mut b, x)))
         .collect();
@@ -490,12 +494,14 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
         tanh,
         erfc,
         pow,
-        tape,
-        active: &activity.active,
         lits,
     };
     let flags = MemFlagsData::trusted();
-    let mut val: Vec<Option<Value>> = vec![None; n];
+    let mut vals = Values {
+        val: vec![None; n],
+        adj: vec![None; n * schedule.lanes],
+        lanes: schedule.lanes,
+    };
     let seed_lo = b.ins().ireduce(types::I32, seed);
     let seed_hi = b.ins().ushr_imm_u(seed, 32);
     let seed_hi = b.ins().ireduce(types::I32, seed_hi);
@@ -508,14 +514,17 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
         keys.push((k0, k1));
     }
     let size = ty.bytes() as i32;
-    for (i, node) in tape.nodes.iter().enumerate() {
-        if !live[i] || varying[i] {
-            continue;
+    let load = |b: &mut FunctionBuilder, k: u32| b.ins().load(ty, flags, inputs, size * k as i32);
+    let no_draws = |_: &mut FunctionBuilder, _: DrawKind, _: u32| -> Value {
+        unreachable!("draws are path-dependent")
+    };
+    for s in &schedule.body {
+        if let Stmt::Define { node, def, .. } = s {
+            if !varying[node.index()] {
+                let x = define(&cx, &mut b, &vals, def, &no_draws, &load);
+                vals.val[node.index()] = Some(x);
+            }
         }
-        val[i] = Some(match *node {
-            Node::Input(k) => b.ins().load(ty, flags, inputs, size * k as i32),
-            _ => forward(&cx, &mut b, node, &val),
-        });
     }
     let zero64 = b.ins().iconst(types::I64, 0);
     b.ins().brif(
@@ -533,29 +542,58 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
     let path_lo = b.ins().ireduce(types::I32, path);
     let path_hi = b.ins().ushr_imm_u(path, 32);
     let path_hi = b.ins().ireduce(types::I32, path_hi);
-    for (i, node) in tape.nodes.iter().enumerate() {
-        if !live[i] || !varying[i] {
-            continue;
-        }
-        val[i] = Some(match *node {
-            Node::Draw(kind, k) => draw(&cx, &mut b, &keys, (path_lo, path_hi), kind, k),
-            _ => forward(&cx, &mut b, node, &val),
-        });
-    }
-    let mut offset = 0i32;
-    for o in &tape.outputs {
-        let v = val[o.node.index()].expect("outputs are live");
-        let v = cx.to_f64(&mut b, v);
-        let sq = b.ins().fmul(v, v);
-        b.ins().store(flags, v, row, offset);
-        b.ins().store(flags, sq, row, offset + 8);
-        offset += 16;
-        if opts.mode == Mode::Reverse {
-            for g in reverse(&cx, &mut b, o.node, &val) {
-                let g = cx.to_f64(&mut b, g);
-                b.ins().store(flags, g, row, offset);
-                offset += 8;
+    let draws = |b: &mut FunctionBuilder, kind: DrawKind, k: u32| {
+        draw(&cx, b, &keys, (path_lo, path_hi), kind, k)
+    };
+    for s in &schedule.body {
+        match s {
+            Stmt::Define { node, def, .. } => {
+                if varying[node.index()] {
+                    let x = define(&cx, &mut b, &vals, def, &draws, &load);
+                    vals.val[node.index()] = Some(x);
+                }
             }
+            Stmt::Seed { node, lane } => {
+                vals.adj[node.index() * vals.lanes + lane] = Some(cx.k.one);
+            }
+            Stmt::Adjoint(adj) => {
+                let op = |x: Option<Operand>| x.map(|x| vals.operand(&cx, x));
+                let x = [
+                    op(adj.x[0]),
+                    op(adj.x[1]),
+                    op(adj.x[2]),
+                    Some(vals.adjoint(&cx, adj.node, adj.lane)),
+                ];
+                for st in adj.rule.adjoint {
+                    step(&cx, &mut b, &mut vals, adj, st, &x, None);
+                }
+            }
+            Stmt::Leaves(_) => {
+                let mut stored: Vec<Value> = Vec::with_capacity(leaves.len());
+                for (k, leaf) in leaves.iter().enumerate() {
+                    let y = match *leaf {
+                        Leaf::Value(x) => {
+                            let x = vals.operand(&cx, x);
+                            cx.to_f64(&mut b, x)
+                        }
+                        Leaf::Square(j) => b.ins().fmul(stored[j], stored[j]),
+                        Leaf::Adjoint(v, lane) => {
+                            let d = vals.adjoint(&cx, v, lane);
+                            cx.to_f64(&mut b, d)
+                        }
+                        Leaf::Zero => cx.to_f64(&mut b, cx.k.zero),
+                    };
+                    b.ins().store(flags, y, row, 8 * k as i32);
+                    stored.push(y);
+                }
+            }
+            // The plain schedule's notes and declarations (adjoints start at +0.0) emit nothing.
+            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } => {}
+            Stmt::Declare(_)
+            | Stmt::Spill { .. }
+            | Stmt::Rekey
+            | Stmt::OpaqueRead { .. }
+            | Stmt::Block(_) => unreachable!("the CPU code runs the plain schedule"),
         }
     }
     let next = b.ins().iadd_imm_u(idx, 1);

@@ -30,9 +30,10 @@
 //! # What the code computes
 //!
 //! Forward values and adjoints exactly as `crate::ops` states them (TAPE-FORMAT.md's rules), in
-//! the kernel precision, in tape order: adjoints start at +0.0 and each rule adds its contribution
-//! in the table's order; only active nodes receive adjoints, dead nodes are not emitted. Reverse
-//! mode runs one reverse sweep per output. Draws are Philox4x32-10 inline in the CLIF
+//! the kernel precision, in the order of the plain kernel schedule (`crate::schedule`, the
+//! statements the GPU kernels print too): adjoints start at +0.0 and each rule adds its
+//! contribution in the table's order; only active nodes receive adjoints, dead nodes are not
+//! emitted. Reverse mode runs one reverse sweep carrying one adjoint lane per output. Draws are Philox4x32-10 inline in the CLIF
 //! (`imul`/`umulhi`), turned into normals exactly as `crate::philox`; `exp`, `log`, `cos`, `tanh`,
 //! `erfc` and `pow` (`expf`, ... in f32) are calls to the host libm (`nablac_abi::cpu::LIBM`), for
 //! exp, log and cos the functions Rust's `f64::exp`/`ln`/`cos` call; `sqrt` and `abs` are native. The CPU code

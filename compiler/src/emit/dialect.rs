@@ -35,13 +35,6 @@ pub struct Dialect {
     /// gets that from `--fmad=false`, OpenCL from `FP_CONTRACT OFF`; GLSL needs `precise`
     /// (SPIR-V NoContraction), as lavapipe showed on the basket.
     pub precise: &'static str,
-    /// Pass every `exp` argument through the opaque identity. NVIDIA's Vulkan compiler gave the
-    /// barrier (its exp of a product of min/max selects) different bits in the plain and the
-    /// 2-segment kernel, `precise` and all; with `exp(opq(x, zero))` in both, the same bits (so
-    /// it folds or specialises what feeds exp by what it can see of it; measured on the H200,
-    /// BENCHMARKS.md, 2026-12-03). Dividing through add/multiply-only code did not help, so `/`
-    /// stays. CUDA and OpenCL gave equal bits without it.
-    pub opaque_exp_argument: bool,
 }
 
 /// CUDA C++ as NVRTC compiles it: no `#include`, `extern "C" __global__` entry point.
@@ -56,7 +49,6 @@ pub const CUDA: Dialect = Dialect {
     f32_suffix: "f",
     f64_suffix: "",
     precise: "",
-    opaque_exp_argument: false,
 };
 
 /// OpenCL C 1.2 (PoCL, NVIDIA): `cl_khr_fp64` is always enabled, the partial sums are f64.
@@ -71,7 +63,6 @@ pub const OPENCL: Dialect = Dialect {
     f32_suffix: "f",
     f64_suffix: "",
     precise: "",
-    opaque_exp_argument: false,
 };
 
 /// GLSL 450 for Vulkan 1.1+: scalars in the push-constant block `pc`, no 64-bit integers.
@@ -86,7 +77,6 @@ pub const GLSL: Dialect = Dialect {
     f32_suffix: "",
     f64_suffix: "lf",
     precise: "precise ",
-    opaque_exp_argument: true,
 };
 
 /// A math function the kernels call.
@@ -271,33 +261,25 @@ impl Dialect {
         }
     }
 
-    /// A call of rule function `f` on the rendered argument `x` at precision `p`. GLSL passes
-    /// every `exp` argument through the opaque identity (see `opaque_exp_argument`).
-    pub fn call(&self, f: Fun, p: Precision, x: &str) -> String {
+    /// A call of rule function `f` on the rendered argument `x` at precision `p`, the argument
+    /// through the opaque identity when `opaque` (the schedule's `opaque_math` says when).
+    pub fn call(&self, f: Fun, p: Precision, x: &str, opaque: bool) -> String {
         let m = MathFn::of(f);
-        if self.opaque_argument(m) {
+        if opaque {
             format!("{}({})", self.math(m, p), self.opaque(x))
         } else {
             format!("{}({x})", self.math(m, p))
         }
     }
 
-    /// `pow(x, y)` at precision `p` (both arguments opaque where `opaque_argument` says).
-    pub fn pow(&self, p: Precision, x: &str, y: &str) -> String {
+    /// `pow(x, y)` at precision `p` (both arguments through the opaque identity when `opaque`).
+    pub fn pow(&self, p: Precision, x: &str, y: &str, opaque: bool) -> String {
         let name = self.math(MathFn::Pow, p);
-        if self.opaque_argument(MathFn::Pow) {
+        if opaque {
             format!("{name}({}, {})", self.opaque(x), self.opaque(y))
         } else {
             format!("{name}({x}, {y})")
         }
-    }
-
-    /// Does this language pass `f`'s arguments through the opaque identity? GLSL does for
-    /// exp (`opaque_exp_argument`, measured) and, by the same reasoning, for the other
-    /// exponential-family functions (tanh, erfc, pow); log, sqrt and abs stay plain.
-    pub fn opaque_argument(&self, f: MathFn) -> bool {
-        self.opaque_exp_argument
-            && matches!(f, MathFn::Exp | MathFn::Tanh | MathFn::Erfc | MathFn::Pow)
     }
 
     /// A literal of precision `p` that parses back to exactly `x` rounded to `p` (see [`literal`]).
@@ -408,10 +390,10 @@ mod tests {
         assert_eq!(GLSL.cast("double", "v1"), "double(v1)");
         assert_eq!(CUDA.cast("double", "v1"), "(double)(v1)");
         assert_eq!(
-            GLSL.call(Fun::Exp, Precision::F32, "v1"),
+            GLSL.call(Fun::Exp, Precision::F32, "v1", true),
             "exp(opq(v1, pc.zero))"
         );
-        assert_eq!(CUDA.call(Fun::Exp, Precision::F32, "v1"), "expf(v1)");
+        assert_eq!(CUDA.call(Fun::Exp, Precision::F32, "v1", false), "expf(v1)");
         assert_eq!(CUDA.cos_2pi(Precision::F32), "cospif(2.0f * u2)");
         assert_eq!(CUDA.cos_2pi(Precision::F64), "cospi(2.0 * u2)");
         assert_eq!(OPENCL.cos_2pi(Precision::F32), "cospi(2.0f * u2)");

@@ -1,8 +1,8 @@
 //! Filling the manifest (`nablac_abi::manifest`, the kernel ABI's contract) for an emitted kernel.
 
-use super::body::Body;
 use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};
 use super::EmitOptions;
+use crate::schedule::Schedule;
 use crate::tape::Tape;
 
 /// The sum names in partials order (the runtime's `manifest::sum_names`).
@@ -91,15 +91,15 @@ fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param>
     ps
 }
 
-/// Fills every field of the manifest for the kernel `body` renders.
+/// Fills every field of the manifest for the kernel of `schedule`.
 pub(super) fn build(
     tape: &Tape,
     plan: &crate::plan::Plan,
     opts: &EmitOptions,
-    body: &Body<'_>,
+    schedule: &Schedule,
 ) -> Result<Manifest, super::EmitError> {
     let sums = sum_names(tape, opts.mode);
-    let checkpointed = body.checkpointed();
+    let checkpointed = schedule.is_checkpointed();
     let persistent = if checkpointed {
         plan.segments
             .persistent
@@ -112,7 +112,8 @@ pub(super) fn build(
     } else {
         0
     };
-    let scratch_slots = body.scratch.as_ref().map(|s| s.slots);
+    let scratch = schedule.strategy == super::manifest::Checkpoint::Scratch;
+    let scratch_slots = scratch.then_some(schedule.scratch_slots);
     Ok(Manifest {
         manifest_version: MANIFEST_VERSION,
         nablac_version: env!("CARGO_PKG_VERSION").into(),
@@ -126,22 +127,15 @@ pub(super) fn build(
         params: params(opts, sums.len(), scratch_slots),
         sums,
         workgroup_size: opts.workgroup_size,
-        segments: if checkpointed {
-            plan.segments.segments.len() as u32
-        } else {
-            1
-        },
-        checkpoint: if checkpointed {
-            plan.segments.strategy
-        } else {
-            super::manifest::Checkpoint::Off
-        },
+        segments: schedule.segments as u32,
+        checkpoint: schedule.strategy,
         persistent,
         scratch_slots_per_path: scratch_slots.unwrap_or(0),
-        scratch_layout: body
-            .scratch
-            .as_ref()
-            .map_or(String::new(), |s| s.layout.name().into()),
+        scratch_layout: if scratch {
+            opts.scratch_layout.name().into()
+        } else {
+            String::new()
+        },
         draws: tape.n_draws,
         tape_hash: crate::format::content_hash(tape),
         compile_options: match opts.target {

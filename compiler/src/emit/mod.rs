@@ -1,10 +1,11 @@
 //! Kernel source for CUDA, OpenCL and Vulkan GLSL: one C-like emitter, three dialects.
 //!
 //! Contract: [`emit`] turns a verified tape and its plan (`crate::passes::plan`) into one compute
-//! kernel's source and the [`Manifest`] a host needs to launch it. The emitter only materializes
-//! the plan (segments, persistent values, bookmarks, draws, opaque reads, re-keys, scratch slots);
-//! it never re-derives any of it. The same inputs give the same bytes (no hash-map order, names
-//! from dense ids, no timestamps).
+//! kernel's source and the [`Manifest`] a host needs to launch it. It builds the kernel schedule
+//! (`crate::schedule`) and prints it: the skeleton (`templates/kernel.txt`) around the body, one
+//! line per statement (`body.rs`); it re-derives nothing the plan or the schedule holds and never
+//! matches on tape ops. The same inputs give the same bytes (no hash-map order, names from dense
+//! ids, no timestamps).
 //!
 //! # The kernel
 //!
@@ -63,6 +64,7 @@ pub use fill::sum_names;
 pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
 
 use crate::plan::{Checkpoint, Plan};
+use crate::schedule::{Schedule, ScheduleOptions};
 use crate::tape::{Node, NodeId, Tape};
 use crate::verify::Verified;
 
@@ -198,37 +200,30 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
                 .into(),
         });
     }
-    let scratch = if strategy == Checkpoint::Scratch {
-        let mut slot_of = vec![None; tape.len()];
-        for (k, v) in plan.segments.scratch_slots.iter().enumerate() {
-            slot_of[v.index()] = Some(k as u32);
-        }
-        Some(body::Scratch {
-            slot_of,
-            slots: plan.segments.scratch_slots.len() as u32,
-            layout: opts.scratch_layout,
-        })
-    } else {
-        None
-    };
+    check_reads(tape, plan, checkpointed).map_err(EmitError::Plan)?;
+    let schedule = Schedule::build(
+        v,
+        plan,
+        ScheduleOptions {
+            mode: opts.mode,
+            opaque_math: crate::passes::opaque_math_arguments(opts.target),
+        },
+    );
     let body = body::Body {
         tape,
-        plan,
+        schedule: &schedule,
         d,
         p: opts.precision,
-        mode: opts.mode,
         annotate: opts.annotate,
-        scratch,
+        layout: opts.scratch_layout,
         index64: if opts.target == Target::Cuda {
             "unsigned long long"
         } else {
             "ulong"
         },
-        info: v.info(),
     };
-    body.check_reads().map_err(EmitError::Plan)?;
     if opts.precision == Precision::F64 {
-        let (normal, uniform) = body.draws_used();
+        let (normal, uniform) = schedule.draws();
         let mut missing: Vec<MathFn> = body
             .math_used()
             .into_iter()
@@ -266,8 +261,35 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         }
     }
     let source = skeleton::render(&body, opts)?;
-    let manifest = fill::build(tape, plan, opts, &body)?;
+    let manifest = fill::build(tape, plan, opts, &schedule)?;
     Ok(Kernel { source, manifest })
+}
+
+/// Checks that a checkpointed plan's segments only read what they may (their own nodes,
+/// persistent values, constants): `Err` names the first read that breaks it. A plan from
+/// `passes::plan` always passes; this keeps a foreign plan from producing source that reads a
+/// variable out of scope.
+fn check_reads(tape: &Tape, plan: &Plan, checkpointed: bool) -> Result<(), String> {
+    if !checkpointed {
+        return Ok(());
+    }
+    let sp = &plan.segments;
+    let live = &plan.activity.live;
+    let is_persistent = sp.persistent_mask(tape.len());
+    for (s, seg) in sp.segments.iter().enumerate() {
+        for v in seg.range.clone().map(NodeId).filter(|&v| live[v.index()]) {
+            for a in tape.node(v).args() {
+                let is_const = matches!(tape.node(a), Node::Const(_));
+                if !seg.range.contains(&a.0) && !is_persistent[a.index()] && !is_const {
+                    return Err(format!("segment {s}: {v} reads {a}, which is neither in the segment nor persistent"));
+                }
+                if !live[a.index()] {
+                    return Err(format!("segment {s}: live {v} reads dead {a}"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The plan's tables have the tape's sizes and its ids are in range (so rendering cannot index

@@ -5,7 +5,7 @@
 
 use super::body::Body;
 use super::dialect::{real, Dialect, MathFn};
-use super::manifest::{Mode, Precision, Target};
+use super::manifest::{Checkpoint, Mode, Precision, Target};
 use super::{EmitError, EmitOptions};
 use askama::Template;
 
@@ -35,7 +35,7 @@ struct Skeleton {
     dzero: String,
     scratch: bool,
     opaque: bool,
-    /// Exp arguments go through `opq` (`Dialect::opaque_exp_argument`).
+    /// Exponential-family arguments go through `opq` (`passes::opaque_math_arguments`).
     opaque_exp: bool,
     /// Definitions of math functions the language lacks (`Dialect::helpers`), or empty.
     helpers: String,
@@ -76,19 +76,20 @@ pub(super) fn entry_point(target: Target) -> &'static str {
 
 /// What kind of kernel this is, in words (for the header comment and the manifest docs).
 pub(super) fn kind(body: &Body<'_>) -> String {
-    match (body.mode, body.checkpointed(), body.scratch.is_some()) {
-        (Mode::Price, _, _) => "price kernel".into(),
-        (Mode::Reverse, false, _) => "plain reverse kernel".into(),
-        (Mode::Reverse, true, false) => {
+    let s = body.schedule;
+    match (s.mode, s.strategy) {
+        (Mode::Price, _) => "price kernel".into(),
+        (Mode::Reverse, Checkpoint::Off) => "plain reverse kernel".into(),
+        (Mode::Reverse, Checkpoint::Registers) => {
             format!(
                 "checkpointed reverse kernel, register recompute, {} segments",
-                body.plan.segments.segments.len()
+                s.segments
             )
         }
-        (Mode::Reverse, true, true) => format!(
+        (Mode::Reverse, Checkpoint::Scratch) => format!(
             "checkpointed reverse kernel, scratch buffer ({}), {} segments",
-            body.scratch.as_ref().map_or("", |s| s.layout.name()),
-            body.plan.segments.segments.len()
+            body.layout.name(),
+            s.segments
         ),
     }
 }
@@ -99,7 +100,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let p = opts.precision;
     let f64 = p == Precision::F64;
     let glsl = opts.target == Target::Glsl;
-    let (normal, uniform) = body.draws_used();
+    let (normal, uniform) = body.schedule.draws();
     let n_sums = super::fill::sum_names(body.tape, opts.mode).len();
     let partial_index = if glsl {
         format!("group * {n_sums}u + ")
@@ -156,9 +157,9 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         n_sums,
         partial_index,
         dzero: d.literal(0.0, Precision::F64),
-        scratch: body.scratch.is_some(),
-        opaque: body.uses_opaque(),
-        opaque_exp: d.opaque_exp_argument,
+        scratch: body.schedule.strategy == Checkpoint::Scratch,
+        opaque: body.schedule.uses_opaque(),
+        opaque_exp: body.schedule.opaque_math,
         helpers: d.helpers(&body.math_used()),
         draws: normal || uniform,
         normal,

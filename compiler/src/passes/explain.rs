@@ -6,7 +6,8 @@ use super::{
     alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
 };
 use crate::plan::{Checkpoint, Plan};
-use crate::tape::{NodeId, Tape};
+use crate::tape::NodeId;
+use crate::verify::Verified;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 
@@ -27,7 +28,7 @@ pub struct Explain {
 }
 
 /// The explain summary of `plan` (which must be `passes::plan` of `tape`).
-pub fn explain(tape: &Tape, plan: &Plan) -> Explain {
+pub fn explain(tape: &Verified, plan: &Plan) -> Explain {
     let act = &plan.activity;
     let sp = &plan.segments;
     Explain {
@@ -42,7 +43,7 @@ pub fn explain(tape: &Tape, plan: &Plan) -> Explain {
         cuts: sp.cuts.iter().map(|c| c.0).collect(),
         crossing: sp.crossing.clone(),
         persistent: sp.persistent.len() as u32,
-        max_live_plain: max_live_plain(tape, act),
+        max_live_plain: max_live_plain(tape),
         max_live_checkpointed: max_live_checkpointed(tape, plan),
     }
 }
@@ -56,7 +57,7 @@ fn strategy_name(c: Checkpoint) -> &'static str {
 }
 
 /// A compact table for the terminal: the summary line, then one row per segment.
-pub fn explain_text(tape: &Tape, plan: &Plan) -> String {
+pub fn explain_text(tape: &Verified, plan: &Plan) -> String {
     let e = explain(tape, plan);
     let sp = &plan.segments;
     let mut s = String::new();
@@ -110,7 +111,7 @@ fn ids(v: &[NodeId]) -> String {
 }
 
 /// Every decision of the plan in text, one line per fact (what the plan snapshots record).
-pub fn plan_listing(tape: &Tape, plan: &Plan) -> String {
+pub fn plan_listing(tape: &Verified, plan: &Plan) -> String {
     let sp = &plan.segments;
     let mut s = String::new();
     let e = explain(tape, plan);
@@ -167,8 +168,8 @@ pub fn plan_listing(tape: &Tape, plan: &Plan) -> String {
 /// An SVG picture of why checkpointing works: forward values alive along the tape (x = node
 /// position; at each position the most held by any step at that node, forward or reverse), the
 /// plain kernel's curve against the plan's, with the cuts as vertical lines.
-pub fn explain_svg(tape: &Tape, plan: &Plan) -> String {
-    let plain = alive_profile_plain(tape, &plan.activity);
+pub fn explain_svg(tape: &Verified, plan: &Plan) -> String {
+    let plain = alive_profile_plain(tape);
     let ckpt = alive_profile_checkpointed(tape, plan);
     let cuts: Vec<u32> = plan.segments.cuts.iter().map(|c| c.0).collect();
     let mut out = String::new();

@@ -9,7 +9,6 @@
 mod activity;
 mod explain;
 mod liveness;
-mod maxlive;
 mod opacity;
 mod pipeline;
 mod segment;
@@ -21,13 +20,14 @@ mod snapshots;
 #[cfg(test)]
 mod tests;
 
+/// max_live is counted over the kernel's schedule (`crate::schedule::maxlive`).
+pub use crate::schedule::maxlive::{
+    alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
+};
 pub use activity::activity;
 pub use explain::{explain, explain_svg, explain_text, plan_listing, Explain};
 pub use liveness::liveness;
-pub use maxlive::{
-    alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
-};
-pub use opacity::{adjoint_reads, opacity};
+pub use opacity::{adjoint_reads, opacity, opaque_math_arguments, OPAQUE_MATH};
 pub use pipeline::{check_plan, plan, PlanError};
 pub use segment::{
     choose_cuts, crossing_profile, live_last_read, reverse_recompute, segment, segment_count,

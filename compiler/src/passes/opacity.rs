@@ -18,11 +18,33 @@
 //! The reverse block of s recomputes exactly `Segment::recompute` (the locals its adjoint rules
 //! need, see `segment::reverse_recompute`), in order. With S = 1 nothing is opaque and nothing
 //! re-keyed.
+//!
+//! One rule depends on the target's compiler rather than on the plan: where it folds or
+//! specialises what feeds an exponential-family call by what it can see of it, every argument of
+//! those calls goes through the opaque identity, in every kernel of that target
+//! ([`opaque_math_arguments`]).
 
 use super::segment::reverse_reads;
-use crate::ops;
+use crate::emit::manifest::Target;
+use crate::ops::{self, Fun};
 use crate::plan::{Activity, OpacityPlan, SegmentPlan};
 use crate::tape::{Node, NodeId, Tape};
+
+/// The calls whose arguments go through the opaque identity where [`opaque_math_arguments`]
+/// says so: exp and, by the same reasoning, the other exponential-family functions (and `pow`,
+/// which the schedule asks about apart); log, sqrt and abs stay plain.
+pub const OPAQUE_MATH: [Fun; 3] = [Fun::Exp, Fun::Tanh, Fun::Erfc];
+
+/// Does `target`'s kernel pass the arguments of [`OPAQUE_MATH`] calls and `pow` through the
+/// opaque identity? GLSL does: NVIDIA's Vulkan compiler gave the barrier (its exp of a product
+/// of min/max selects) different bits in the plain and the 2-segment kernel, `precise` and all;
+/// with `exp(opq(x, zero))` in both, the same bits (so it folds or specialises what feeds exp by
+/// what it can see of it; measured on the H200, BENCHMARKS.md, 2026-12-03). Dividing through
+/// add/multiply-only code did not help, so `/` stays. CUDA and OpenCL gave equal bits without it;
+/// the CPU code has no such compiler.
+pub fn opaque_math_arguments(target: Target) -> bool {
+    target == Target::Glsl
+}
 
 /// The forward values node `id`'s adjoint rule reads when the nodes `active` receive adjoints
 /// (`crate::ops::Rule::reads`): mul → the other argument of each active one; div → b (for a), b

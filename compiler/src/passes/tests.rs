@@ -88,12 +88,13 @@ fn asian_252_max_live() {
     // Plain: three per step (draw, exp, previous spot) = 756, four prelude values the prelude's
     // adjoints read for their active arguments (vol, %8, %10, %12: no longer %5 and %13, which
     // only adjoints into constants and draws would read), five payoff values, and the output
-    // itself at the output step.
-    assert_eq!(max_live_plain(&t, &p.activity), 756 + 4 + 5 + 1);
-    let e = explain(&t, &p);
+    // itself, which the leaves read at the end.
+    assert_eq!(max_live_plain(&verified(&t)), 756 + 4 + 5 + 1);
+    let e = explain(&verified(&t), &p);
     assert_eq!(e.max_live_plain, 766);
-    // Checkpointed: the 38 persistent values plus one segment's recomputed locals at a time.
-    assert_eq!(e.max_live_checkpointed, 68);
+    // Checkpointed: the 38 persistent values plus one segment's recomputed locals at a time (the
+    // output among them, held until the leaves read it after the reverse sweep).
+    assert_eq!(e.max_live_checkpointed, 69);
     assert!(e.max_live_checkpointed < 38 + 3 * 16 + 10);
     // More segments hold fewer values at once (32 segments keep 70 persistent, but each block
     // recomputes only 8 steps).
@@ -102,11 +103,11 @@ fn asian_252_max_live() {
         .map(|s| {
             (
                 s,
-                max_live_checkpointed(&t, &plan(&verified(&t), &opts(Some(s)))),
+                max_live_checkpointed(&verified(&t), &plan(&verified(&t), &opts(Some(s)))),
             )
         })
         .collect();
-    assert_eq!(got, [(2, 389), (4, 200), (8, 108), (16, 68), (32, 60)]);
+    assert_eq!(got, [(2, 390), (4, 201), (8, 109), (16, 69), (32, 61)]);
     assert!(got.windows(2).all(|w| w[1].1 < w[0].1), "{got:?}");
 }
 
@@ -231,12 +232,11 @@ fn tiny() -> Tape {
 
 #[test]
 fn max_live_by_hand() {
-    // Steps: x; e = exp x; m = e*x; output m; adjoint of m reads e, x; adjoint of e reads e.
-    // Alive before each step: 0, 1, 2, 3 (x, e, m), 2, 1.
+    // Steps: x; e = exp x; m = e*x; adjoint of m reads e, x; adjoint of e reads e; the leaves
+    // read m. Alive before each step: 0, 1, 2, 3 (x, e, m), 2 (e, m), 1 (m).
     let t = tiny();
-    let a = activity(&t);
-    assert_eq!(max_live_plain(&t, &a), 3);
-    assert_eq!(alive_profile_plain(&t, &a), vec![0, 1, 3]);
+    assert_eq!(max_live_plain(&verified(&t)), 3);
+    assert_eq!(alive_profile_plain(&verified(&t)), vec![0, 2, 3]);
 }
 
 #[test]
@@ -255,8 +255,9 @@ fn more_segments_than_nodes_is_reduced() {
         vec![vec![], ids(&[1]), ids(&[0, 1])]
     );
     assert_eq!(p.opacity.rekey, vec![false; 3]);
-    // Held at once: x, e, m, then the copies of the reverse blocks.
-    assert_eq!(max_live_checkpointed(&t, &p), 3);
+    // Held at once: e, m (read by the leaves at the end) and the copies of x and e while the
+    // last block's adjoint of m reads them.
+    assert_eq!(max_live_checkpointed(&verified(&t), &p), 4);
 }
 
 #[test]
@@ -335,8 +336,8 @@ fn one_segment_is_the_plain_plan() {
     assert_eq!(p.opacity.opaque_reads, vec![Vec::<NodeId>::new()]);
     assert_eq!(p.opacity.rekey, vec![false]);
     assert_eq!(
-        max_live_checkpointed(&t, &p),
-        max_live_plain(&t, &p.activity)
+        max_live_checkpointed(&verified(&t), &p),
+        max_live_plain(&verified(&t))
     );
 }
 
@@ -402,7 +403,7 @@ fn check_plan_rejects_broken_plans() {
 fn explain_json_keys_and_values() {
     let t = asian(252);
     let p = plan(&verified(&t), &SegmentOptions::default());
-    let v = serde_json::to_value(explain(&t, &p)).unwrap();
+    let v = serde_json::to_value(explain(&verified(&t), &p)).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     let mut want = vec![
         "nodes",
@@ -432,11 +433,11 @@ fn explain_json_keys_and_values() {
 fn explain_text_and_svg() {
     let t = asian(252);
     let p = plan(&verified(&t), &SegmentOptions::default());
-    let text = explain_text(&t, &p);
+    let text = explain_text(&verified(&t), &p);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "1536 nodes, 1279 active; 16 segments (registers); 38 persistent; max live 766 plain, 68 checkpointed"
+        "1536 nodes, 1279 active; 16 segments (registers); 38 persistent; max live 766 plain, 69 checkpointed"
     );
     assert_eq!(lines.len(), 2 + 16 + 1);
     assert!(lines[18].starts_with("crossing: values crossing the cut"));
@@ -448,7 +449,7 @@ fn explain_text_and_svg() {
         lines[3].split_whitespace().collect::<Vec<_>>(),
         ["1", "%98..%194", "96", "7", "3", "16", "3"]
     );
-    let svg = explain_svg(&t, &p);
+    let svg = explain_svg(&verified(&t), &p);
     assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
     assert!(svg.trim_end().ends_with("</svg>"));
     for needle in [
@@ -456,21 +457,21 @@ fn explain_text_and_svg() {
         "node position",
         "forward values alive",
         "plain (max 766)",
-        "checkpointed (max 68)",
+        "checkpointed (max 69)",
     ] {
         assert!(svg.contains(needle), "missing {needle}");
     }
     // Deterministic.
-    assert_eq!(svg, explain_svg(&t, &p));
+    assert_eq!(svg, explain_svg(&verified(&t), &p));
     // The plain picture of a short tape draws too.
     let e = european();
     let pe = plan(&verified(&e), &SegmentOptions::default());
-    assert!(explain_svg(&e, &pe).contains("plain kernel (not checkpointed)"));
+    assert!(explain_svg(&verified(&e), &pe).contains("plain kernel (not checkpointed)"));
     // Profiles: the plain curve peaks at the end of the tape, the checkpointed one stays low.
-    let plain = alive_profile_plain(&t, &p.activity);
-    let ckpt = alive_profile_checkpointed(&t, &p);
+    let plain = alive_profile_plain(&verified(&t));
+    let ckpt = alive_profile_checkpointed(&verified(&t), &p);
     assert_eq!(plain.iter().max(), Some(&766));
-    assert_eq!(ckpt.iter().max(), Some(&68));
+    assert_eq!(ckpt.iter().max(), Some(&69));
     assert!(plain[1400] > 600 && ckpt[1400] < 90);
 }
 
@@ -554,13 +555,13 @@ proptest! {
         if count == 1 {
             prop_assert!(sp.cuts.is_empty());
             prop_assert!(p.opacity.opaque_reads.iter().all(|r| r.is_empty()));
-            prop_assert_eq!(max_live_checkpointed(&t, &p), max_live_plain(&t, &p.activity));
+            prop_assert_eq!(max_live_checkpointed(&verified(&t), &p), max_live_plain(&verified(&t)));
         }
         // explain agrees with the plan and never panics.
-        let e = explain(&t, &p);
+        let e = explain(&verified(&t), &p);
         prop_assert_eq!(e.persistent as usize, sp.persistent.len());
         prop_assert_eq!(e.segments as usize, count);
-        prop_assert!(explain_svg(&t, &p).contains("</svg>"));
+        prop_assert!(explain_svg(&verified(&t), &p).contains("</svg>"));
     }
 
     #[test]
@@ -584,7 +585,7 @@ proptest! {
 fn write_explain_svg() {
     let t = asian(252);
     let p = plan(&verified(&t), &SegmentOptions::default());
-    std::fs::write("/tmp/explain_asian252.svg", explain_svg(&t, &p)).unwrap();
+    std::fs::write("/tmp/explain_asian252.svg", explain_svg(&verified(&t), &p)).unwrap();
 }
 
 #[test]
@@ -596,7 +597,7 @@ fn long_tapes_and_many_segments_stay_fast() {
     let every = plan(&verified(&t), &opts(Some(u32::MAX)));
     assert_eq!(every.segments.segments.len(), t.len());
     assert_eq!(every.segments.cuts.len(), t.len() - 1);
-    let e = explain(&t, &every);
+    let e = explain(&verified(&t), &every);
     assert!(e.max_live_checkpointed > 0);
     let p16 = plan(&verified(&t), &opts(Some(16)));
     assert_eq!(p16.segments.persistent.len(), 38);
@@ -609,7 +610,10 @@ fn print_explain_text() {
     let t = asian(252);
     println!(
         "{}",
-        explain_text(&t, &plan(&verified(&t), &SegmentOptions::default()))
+        explain_text(
+            &verified(&t),
+            &plan(&verified(&t), &SegmentOptions::default())
+        )
     );
     println!(
         "{}",

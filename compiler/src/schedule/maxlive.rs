@@ -1,0 +1,206 @@
+//! max_live: how many forward values a kernel holds at once, counted over its schedule.
+//!
+//! Definition. The schedule's statements are run in order; a statement that reads forward values
+//! or defines one is a *step*. A value is alive from the step that defines it until the last step
+//! that reads it (a value nobody reads is never alive). At each step we count the values alive
+//! *just before* it runs, i.e. defined at an earlier step and read at this step or later (the
+//! convention of `Liveness::alive`); max_live is the largest such count. Constants are literals and
+//! never counted; adjoints are not forward values and are not counted.
+//!
+//! Steps: a definition reads the values its rule reads and defines its node's value; an opaque
+//! read reads the persistent value and defines the block's copy; an adjoint application reads
+//! what its steps read (`Adjoint::reads`); the leaves read the outputs. Declarations, seeds,
+//! re-keys, notes and scratch spills (a store of the value just defined) are not steps. A value
+//! declared in a block dies at its end (a name read later refers to the enclosing definition
+//! again). With the scratch strategy a crossing value sits in its slot rather than a register,
+//! but it is still counted: max_live measures the values a path holds, wherever they are.
+//!
+//! Each step is attributed to a node position (its node; an opaque read to its block's first
+//! node; the leaves to node n-1), which gives the profile drawn by `explain_svg`: per position,
+//! the most values alive before any of its steps (a position without steps, a constant or a dead
+//! node, repeats the one before it).
+
+use super::{Def, Operand, Schedule, ScheduleOptions, Stmt, Var};
+use crate::emit::manifest::Mode;
+use crate::plan::Plan;
+use crate::verify::Verified;
+
+/// A run of the schedule: the lifetime of every value and the position of every step.
+struct Sim {
+    /// (definition step, last read step) per value.
+    values: Vec<(usize, usize)>,
+    /// The node position each step is attributed to.
+    pos: Vec<u32>,
+    /// The value each name refers to now: `Var::Value(v)` at `2v`, `Var::Copy(v)` at `2v + 1`.
+    current: Vec<Option<usize>>,
+}
+
+fn slot(var: Var) -> usize {
+    match var {
+        Var::Value(v) => 2 * v.index(),
+        Var::Copy(v) => 2 * v.index() + 1,
+    }
+}
+
+impl Sim {
+    fn step(&mut self, pos: u32) -> usize {
+        self.pos.push(pos);
+        self.pos.len() - 1
+    }
+
+    fn read(&mut self, x: Option<Operand>, t: usize) {
+        if let Some(Operand::Var(var)) = x {
+            if let Some(v) = self.current.get(slot(var)).copied().flatten() {
+                self.values[v].1 = self.values[v].1.max(t);
+            }
+        }
+    }
+
+    /// Defines `var` at step `t`; returns what the name referred to before.
+    fn define(&mut self, var: Var, t: usize) -> (usize, Option<usize>) {
+        self.values.push((t, t));
+        let k = slot(var);
+        if self.current.len() <= k {
+            self.current.resize(k + 1, None);
+        }
+        let old = self.current[k].replace(self.values.len() - 1);
+        (k, old)
+    }
+
+    /// Runs `stmts` as one scope; `first` is the position its opaque reads are attributed to.
+    fn run(&mut self, stmts: &[Stmt], first: u32, last: u32) {
+        let mut restore: Vec<(usize, Option<usize>)> = Vec::new();
+        for s in stmts {
+            match s {
+                Stmt::Define { node, def, declare } => {
+                    let t = self.step(node.0);
+                    if let Def::Rule { args, .. } = def {
+                        for &a in args {
+                            self.read(a, t);
+                        }
+                    }
+                    let old = self.define(Var::Value(*node), t);
+                    if *declare {
+                        restore.push(old);
+                    }
+                }
+                Stmt::OpaqueRead { node, .. } => {
+                    let t = self.step(first);
+                    self.read(Some(Operand::Var(Var::Value(*node))), t);
+                    restore.push(self.define(Var::Copy(*node), t));
+                }
+                Stmt::Adjoint(adj) => {
+                    let t = self.step(adj.node.0);
+                    for x in adj.reads() {
+                        self.read(Some(x), t);
+                    }
+                }
+                Stmt::Leaves(leaves) => {
+                    let t = self.step(last);
+                    for leaf in leaves {
+                        if let super::Leaf::Value(x) = *leaf {
+                            self.read(Some(x), t);
+                        }
+                    }
+                }
+                Stmt::Block(b) => self.run(&b.body, b.range.start, last),
+                Stmt::Note(_)
+                | Stmt::Declare(_)
+                | Stmt::Spill { .. }
+                | Stmt::Rekey
+                | Stmt::DeclareAdjoints { .. }
+                | Stmt::Seed { .. } => {}
+            }
+        }
+        for (k, old) in restore.into_iter().rev() {
+            self.current[k] = old;
+        }
+    }
+
+    /// The number of values alive just before each step.
+    fn alive(&self) -> Vec<u32> {
+        let steps = self.pos.len();
+        let mut delta = vec![0i64; steps + 2];
+        for &(def, last) in &self.values {
+            if last > def {
+                delta[def + 1] += 1;
+                delta[last + 1] -= 1;
+            }
+        }
+        let mut count = 0i64;
+        delta[..steps]
+            .iter()
+            .map(|d| {
+                count += d;
+                count as u32
+            })
+            .collect()
+    }
+}
+
+fn simulate(schedule: &Schedule, nodes: usize) -> Sim {
+    let mut sim = Sim {
+        values: Vec::new(),
+        pos: Vec::new(),
+        current: vec![None; 2 * nodes],
+    };
+    let last = nodes.saturating_sub(1) as u32;
+    sim.run(&schedule.body, 0, last);
+    sim
+}
+
+/// The most forward values the kernel of `schedule` (for a tape of `nodes` nodes) holds at once.
+pub fn max_live(schedule: &Schedule, nodes: usize) -> u32 {
+    simulate(schedule, nodes)
+        .alive()
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+}
+
+/// Per node position (0..nodes), the most values alive before any step attributed to it; a
+/// position with no step repeats the position before it.
+pub fn alive_profile(schedule: &Schedule, nodes: usize) -> Vec<u32> {
+    let sim = simulate(schedule, nodes);
+    let mut out: Vec<Option<u32>> = vec![None; nodes];
+    for (t, a) in sim.alive().into_iter().enumerate() {
+        if let Some(slot) = out.get_mut(sim.pos[t] as usize) {
+            *slot = Some(slot.map_or(a, |s| s.max(a)));
+        }
+    }
+    let mut prev = 0;
+    out.into_iter()
+        .map(|v| {
+            prev = v.unwrap_or(prev);
+            prev
+        })
+        .collect()
+}
+
+/// The plain reverse kernel's max_live (what `nablac inspect` and `explain` report).
+pub fn max_live_plain(v: &Verified) -> u32 {
+    max_live(
+        &Schedule::plain(v, ScheduleOptions::new(Mode::Reverse)),
+        v.len(),
+    )
+}
+
+/// The reverse kernel's max_live under `plan` (equal to the plain one for one segment).
+pub fn max_live_checkpointed(v: &Verified, plan: &Plan) -> u32 {
+    let s = Schedule::build(v, plan, ScheduleOptions::new(Mode::Reverse));
+    max_live(&s, v.len())
+}
+
+/// The plain reverse kernel's alive profile.
+pub fn alive_profile_plain(v: &Verified) -> Vec<u32> {
+    alive_profile(
+        &Schedule::plain(v, ScheduleOptions::new(Mode::Reverse)),
+        v.len(),
+    )
+}
+
+/// The reverse kernel's alive profile under `plan`.
+pub fn alive_profile_checkpointed(v: &Verified, plan: &Plan) -> Vec<u32> {
+    let s = Schedule::build(v, plan, ScheduleOptions::new(Mode::Reverse));
+    alive_profile(&s, v.len())
+}

@@ -1,0 +1,620 @@
+//! The kernel schedule: what one path of a kernel does, statement by statement, for every back end.
+//!
+//! Contract: [`Schedule::build`] turns a verified tape, its plan and a mode into a list of
+//! target-neutral statements (forward definitions, draws, scratch spills, opaque reads, re-keys,
+//! segment blocks with their scopes, adjoint declarations, seeds and accumulations per lane, and
+//! the per-path leaves). The printers read it and nothing else about the kernel's structure: the
+//! C-like printer (`emit::body`: CUDA, OpenCL, GLSL through a `Dialect`) prints one line per
+//! statement, the CPU lowering (`clif::lower`) builds one group of instructions per statement,
+//! and the register-pressure estimate ([`maxlive`]) counts over the same statements. None of
+//! them matches on tape ops: a definition carries its rule from `crate::ops` (the one table of
+//! values and derivatives) and operands that are already literals or named values.
+//!
+//! A *lane* is one column of adjoints carried by the one reverse sweep: today lane `o` is output
+//! `o`'s adjoints, and it runs the rules of output o's backward cone only (so a non-finite value
+//! outside the cone never reaches its Greeks). Tangent directions (forward mode) and markets
+//! (ladders) become more lanes, not more printers.
+//!
+//! Names: [`Var::Value`] is node v's value (`vN` in C), defined by the forward sweep or recomputed
+//! inside a reverse block; [`Var::Copy`] is a reverse block's opaque copy of a persistent value
+//! (`rN`). Statements inside a [`Block`] that `declare` their value are local to it; a block's
+//! locals die at its end. Guarantee: every `Var` a statement reads is defined earlier in the same
+//! block or in an enclosing one (and is a constant's literal otherwise).
+
+pub mod maxlive;
+
+use crate::emit::manifest::Mode;
+use crate::ops::{self, Expr, Fun, Rule};
+use crate::plan::{Checkpoint, Plan};
+use crate::tape::{DrawKind, Node, NodeId, Tape};
+use crate::verify::Verified;
+use std::ops::Range;
+
+/// A lane of the reverse sweep (today: an output's index).
+pub type Lane = usize;
+
+/// A named forward value (module doc).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Var {
+    /// Node v's value: `vN`.
+    Value(NodeId),
+    /// The reverse block's opaque copy of persistent node v: `rN`.
+    Copy(NodeId),
+}
+
+/// What a statement reads: a constant (as a literal at every use) or a named value.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Operand {
+    Lit(f64),
+    Var(Var),
+}
+
+/// The generator key of a draw: the kernel's, or the re-keyed one of a reverse block.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Key {
+    Kernel,
+    Rekeyed,
+}
+
+/// How a definition computes its value.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Def {
+    /// Input k of the market.
+    Input(u32),
+    /// Draw `index` of the path (TAPE-FORMAT.md, Draws) under key `key`.
+    Draw {
+        kind: DrawKind,
+        index: u32,
+        key: Key,
+    },
+    /// An arithmetic op: its rule's `value` over the arguments `[A, B]`.
+    Rule {
+        rule: &'static Rule,
+        args: [Option<Operand>; 2],
+    },
+}
+
+/// One adjoint rule application: `rule.adjoint`'s steps for node `node` in lane `lane`.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Adjoint {
+    pub node: NodeId,
+    pub lane: Lane,
+    pub rule: &'static Rule,
+    /// The operands `A`, `B` (arguments) and `C` (the node's own value) as this block reads them;
+    /// `None` where the node has no such argument.
+    pub x: [Option<Operand>; 3],
+    /// The adjoints the steps feed: `to[0]` for argument A, `to[1]` for B; `None` where that
+    /// argument carries no adjoint (its steps are not run).
+    pub to: [Option<NodeId>; 2],
+}
+
+impl Adjoint {
+    /// The operands the steps that run read (`ops::Rule::reads`): what the reverse sweep needs of
+    /// the forward sweep.
+    pub fn reads(&self) -> impl Iterator<Item = Operand> + '_ {
+        let (a, b, c) = self
+            .rule
+            .reads([self.to[0].is_some(), self.to[1].is_some()]);
+        [(a, self.x[0]), (b, self.x[1]), (c, self.x[2])]
+            .into_iter()
+            .filter_map(|(read, x)| x.filter(|_| read))
+    }
+}
+
+/// One per-path leaf, in the manifest's sum order.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Leaf {
+    /// An output's value, converted to f64.
+    Value(Operand),
+    /// The square of leaf `sum` (in f64).
+    Square(usize),
+    /// The adjoint of `node` in `lane`, converted to f64: a Greek.
+    Adjoint(NodeId, Lane),
+    /// Zero (the input is outside the lane's cone: no adjoint reaches it).
+    Zero,
+}
+
+/// A scope: its statements, which part of the tape it covers, and a note for the reader.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Block {
+    pub note: String,
+    pub range: Range<u32>,
+    pub body: Vec<Stmt>,
+}
+
+/// One statement of the schedule (module doc).
+#[derive(Clone, PartialEq, Debug)]
+pub enum Stmt {
+    /// A comment for the reader of generated source.
+    Note(String),
+    /// The persistent values, declared (not yet defined) in the enclosing scope.
+    Declare(Vec<NodeId>),
+    /// `Var::Value(node) = def`, declared here when `declare`, else assigned to its declaration.
+    Define {
+        node: NodeId,
+        def: Def,
+        declare: bool,
+    },
+    /// Store node's value in scratch slot `slot` of this path.
+    Spill {
+        node: NodeId,
+        slot: u32,
+    },
+    /// Re-key the generator for the rest of the block: `key ^ zero`.
+    Rekey,
+    /// `Var::Copy(node) = opaque(value)`, the value read from scratch slot `slot` if any, else
+    /// from `Var::Value(node)`.
+    OpaqueRead {
+        node: NodeId,
+        slot: Option<u32>,
+    },
+    /// Node's adjoints in `lanes`, declared and zero.
+    DeclareAdjoints {
+        node: NodeId,
+        lanes: Vec<Lane>,
+    },
+    /// Node's adjoint in `lane` is 1 (an output's own lane).
+    Seed {
+        node: NodeId,
+        lane: Lane,
+    },
+    Adjoint(Adjoint),
+    Block(Block),
+    /// The per-path leaves, in sum order.
+    Leaves(Vec<Leaf>),
+}
+
+/// A kernel's schedule (module doc).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Schedule {
+    pub mode: Mode,
+    /// Adjoint lanes: one per output in reverse mode.
+    pub lanes: usize,
+    /// Segments of the checkpointed reverse sweep; 1 for a plain or price kernel.
+    pub segments: usize,
+    /// The checkpoint strategy; `Off` for a plain or price kernel.
+    pub strategy: Checkpoint,
+    /// Scratch slots per path (the scratch strategy; 0 otherwise).
+    pub scratch_slots: u32,
+    /// Calls of the exponential family take their arguments through the opaque identity
+    /// (`passes::opaque_math_arguments`, decided per target by the opacity plan's rule).
+    pub opaque_math: bool,
+    pub body: Vec<Stmt>,
+}
+
+/// What the schedule is for.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct ScheduleOptions {
+    pub mode: Mode,
+    /// See [`Schedule::opaque_math`].
+    pub opaque_math: bool,
+}
+
+impl ScheduleOptions {
+    pub fn new(mode: Mode) -> Self {
+        ScheduleOptions {
+            mode,
+            opaque_math: false,
+        }
+    }
+}
+
+/// The node in the tape's text form, for annotations of generated code: `%18 = exp %17`,
+/// `%0 = input spot` (inputs without their default value).
+pub fn describe(tape: &Tape, v: NodeId) -> String {
+    let rhs = match *tape.node(v) {
+        Node::Input(i) => format!("input {}", tape.inputs[i as usize].name),
+        Node::Const(k) => format!("const {:?}", tape.consts[k as usize]),
+        Node::Draw(DrawKind::Normal, k) => format!("normal {k}"),
+        Node::Draw(DrawKind::Uniform, k) => format!("uniform {k}"),
+        Node::Unary(_, a) => format!("{} {a}", tape.node(v).op().name()),
+        Node::Binary(_, a, b) => format!("{} {a} {b}", tape.node(v).op().name()),
+    };
+    format!("{v} = {rhs}")
+}
+
+/// The facts the builder reads, gathered once.
+struct Builder<'a> {
+    tape: &'a Tape,
+    live: &'a [bool],
+    active: &'a [bool],
+    cones: &'a [Vec<bool>],
+    input_nodes: &'a [NodeId],
+    mode: Mode,
+    lanes: usize,
+}
+
+impl Builder<'_> {
+    fn live(&self, v: NodeId) -> bool {
+        self.live[v.index()]
+    }
+
+    fn active(&self, v: NodeId) -> bool {
+        self.active[v.index()] && self.live(v)
+    }
+
+    fn is_const(&self, v: NodeId) -> bool {
+        matches!(self.tape.node(v), Node::Const(_))
+    }
+
+    /// Does `v` carry an adjoint in lane `o` (active, and in output o's differentiable cone)?
+    fn in_lane(&self, v: NodeId, o: Lane) -> bool {
+        self.active(v) && self.cones.get(o).is_none_or(|cone| cone[v.index()])
+    }
+
+    /// Node `v` as an operand: a constant's literal, else the value `name` gives it.
+    fn operand(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var) -> Operand {
+        match *self.tape.node(v) {
+            Node::Const(k) => Operand::Lit(self.tape.consts[k as usize]),
+            _ => Operand::Var(name(v)),
+        }
+    }
+
+    /// How node `v` (live, not a constant) is computed, its arguments read through `name`.
+    fn def(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var, key: Key) -> Def {
+        match *self.tape.node(v) {
+            Node::Input(i) => Def::Input(i),
+            Node::Draw(kind, index) => Def::Draw { kind, index, key },
+            node => {
+                let rule = ops::rule(node.op()).expect("arithmetic ops have rules");
+                let mut args = node.args().map(|a| self.operand(a, name));
+                Def::Rule {
+                    rule,
+                    args: [args.next(), args.next()],
+                }
+            }
+        }
+    }
+
+    fn define(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var, key: Key, declare: bool) -> Stmt {
+        Stmt::Define {
+            node: v,
+            def: self.def(v, name, key),
+            declare,
+        }
+    }
+
+    /// `DeclareAdjoints` for the lanes of `v` (nothing when it has none).
+    fn declare_adjoints(&self, out: &mut Vec<Stmt>, v: NodeId) {
+        let lanes: Vec<Lane> = (0..self.lanes).filter(|&o| self.in_lane(v, o)).collect();
+        if !lanes.is_empty() {
+            out.push(Stmt::DeclareAdjoints { node: v, lanes });
+        }
+    }
+
+    /// Seeds each output's own lane (outputs that depend on no input have no adjoint).
+    fn seeds(&self, out: &mut Vec<Stmt>) {
+        for (o, output) in self.tape.outputs.iter().enumerate() {
+            if self.active(output.node) {
+                out.push(Stmt::Seed {
+                    node: output.node,
+                    lane: o,
+                });
+            }
+        }
+    }
+
+    /// The adjoint rules of node `v` (live, active) in every lane it has, reading through `name`.
+    fn adjoints(&self, out: &mut Vec<Stmt>, v: NodeId, name: &dyn Fn(NodeId) -> Var) {
+        let node = *self.tape.node(v);
+        // Leaves read nothing; an input's adjoint is its Greek and stays where it is.
+        let Some(rule) = ops::rule(node.op()) else {
+            return;
+        };
+        let args: Vec<NodeId> = node.args().collect();
+        let to = [0, 1].map(|i| args.get(i).copied().filter(|&a| self.active(a)));
+        if to == [None, None] {
+            return;
+        }
+        let x = [
+            args.first().map(|&a| self.operand(a, name)),
+            args.get(1).map(|&a| self.operand(a, name)),
+            Some(Operand::Var(name(v))),
+        ];
+        for lane in (0..self.lanes).filter(|&o| self.in_lane(v, o)) {
+            out.push(Stmt::Adjoint(Adjoint {
+                node: v,
+                lane,
+                rule,
+                x,
+                to,
+            }));
+        }
+    }
+
+    /// The leaves in sum order (`manifest::sum_names`): per output its value and square, and in
+    /// reverse mode its lane's adjoint of every input.
+    fn leaves(&self) -> Stmt {
+        let mut leaves = Vec::new();
+        for (o, output) in self.tape.outputs.iter().enumerate() {
+            let value = leaves.len();
+            leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
+            leaves.push(Leaf::Square(value));
+            if self.mode == Mode::Reverse {
+                for &v in self.input_nodes {
+                    leaves.push(if self.in_lane(v, o) {
+                        Leaf::Adjoint(v, o)
+                    } else {
+                        Leaf::Zero
+                    });
+                }
+            }
+        }
+        Stmt::Leaves(leaves)
+    }
+
+    fn plain(&self) -> Vec<Stmt> {
+        let mut out = vec![Stmt::Note("forward sweep".into())];
+        for v in self.tape.ids() {
+            if self.live(v) && !self.is_const(v) {
+                out.push(self.define(v, &Var::Value, Key::Kernel, true));
+            }
+        }
+        if self.mode == Mode::Reverse {
+            out.push(Stmt::Note("reverse sweep".into()));
+            for v in self.tape.ids() {
+                self.declare_adjoints(&mut out, v);
+            }
+            self.seeds(&mut out);
+            for v in self.tape.ids().rev().filter(|&v| self.active(v)) {
+                self.adjoints(&mut out, v, &Var::Value);
+            }
+        }
+        out.push(Stmt::Note("leaves".into()));
+        out.push(self.leaves());
+        out
+    }
+
+    fn checkpointed(&self, plan: &Plan) -> Vec<Stmt> {
+        let sp = &plan.segments;
+        let is_persistent = sp.persistent_mask(self.tape.len());
+        let mut slot_of = vec![None; self.tape.len()];
+        if sp.strategy == Checkpoint::Scratch {
+            for (k, v) in sp.scratch_slots.iter().enumerate() {
+                slot_of[v.index()] = Some(k as u32);
+            }
+        }
+        let top: Vec<NodeId> = sp
+            .persistent
+            .iter()
+            .copied()
+            .filter(|&v| self.live(v) && !self.is_const(v))
+            .collect();
+        let count = sp.segments.len();
+        let mut out = vec![
+            Stmt::Note(format!("{} persistent values", top.len())),
+            Stmt::Declare(top.clone()),
+            Stmt::Note(format!(
+                "forward sweep: {count} segments; a block's locals die at its closing brace"
+            )),
+        ];
+        for (s, seg) in sp.segments.iter().enumerate() {
+            let mut body = Vec::new();
+            for v in seg.range.clone().map(NodeId) {
+                if !self.live(v) || self.is_const(v) {
+                    continue;
+                }
+                let persistent = is_persistent[v.index()];
+                body.push(self.define(v, &Var::Value, Key::Kernel, !persistent));
+                if let Some(slot) = slot_of[v.index()] {
+                    body.push(Stmt::Spill { node: v, slot });
+                }
+            }
+            out.push(Stmt::Block(Block {
+                note: format!("segment {s}: %{}..%{}", seg.range.start, seg.range.end),
+                range: seg.range.clone(),
+                body,
+            }));
+        }
+        out.push(Stmt::Note(
+            "reverse sweep: last segment first; adjoints of persistent values live at top level"
+                .into(),
+        ));
+        for &v in &top {
+            self.declare_adjoints(&mut out, v);
+        }
+        self.seeds(&mut out);
+        for s in (0..count).rev() {
+            let seg = &sp.segments[s];
+            let mut body = Vec::new();
+            let key = if plan.opacity.rekey[s] {
+                body.push(Stmt::Rekey);
+                Key::Rekeyed
+            } else {
+                Key::Kernel
+            };
+            let mut opaque = vec![false; self.tape.len()];
+            let mut reads: Vec<NodeId> = plan.opacity.opaque_reads[s].clone();
+            reads.sort_unstable();
+            reads.dedup();
+            for r in reads {
+                opaque[r.index()] = true;
+                if self.live(r) && !self.is_const(r) {
+                    body.push(Stmt::OpaqueRead {
+                        node: r,
+                        slot: slot_of[r.index()],
+                    });
+                }
+            }
+            let name = |v: NodeId| {
+                if opaque[v.index()] {
+                    Var::Copy(v)
+                } else {
+                    Var::Value(v)
+                }
+            };
+            for &v in &seg.recompute {
+                body.push(self.define(v, &name, key, true));
+            }
+            for v in seg.range.clone().map(NodeId) {
+                if !is_persistent[v.index()] {
+                    self.declare_adjoints(&mut body, v);
+                }
+            }
+            for v in seg.range.clone().rev().map(NodeId) {
+                if self.active(v) {
+                    self.adjoints(&mut body, v, &name);
+                }
+            }
+            out.push(Stmt::Block(Block {
+                note: format!(
+                    "segment {s} reverse: %{}..%{}",
+                    seg.range.start, seg.range.end
+                ),
+                range: seg.range.clone(),
+                body,
+            }));
+        }
+        out.push(Stmt::Note("leaves".into()));
+        out.push(self.leaves());
+        out
+    }
+}
+
+impl Schedule {
+    /// The schedule of the kernel for verified tape `v` under `plan` (from `passes::plan` on the
+    /// same tape, its shape checked by the caller) in `opts.mode`: checkpointed when the plan has
+    /// several segments and the mode is reverse, else plain.
+    pub fn build(v: &Verified, plan: &Plan, opts: ScheduleOptions) -> Schedule {
+        let b = Builder {
+            tape: v.tape(),
+            live: &plan.activity.live,
+            active: &plan.activity.active,
+            cones: &v.info().cones,
+            input_nodes: &v.info().input_nodes,
+            mode: opts.mode,
+            lanes: v.tape().outputs.len(),
+        };
+        let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
+        let body = if checkpointed {
+            b.checkpointed(plan)
+        } else {
+            b.plain()
+        };
+        let scratch = checkpointed && plan.segments.strategy == Checkpoint::Scratch;
+        Schedule {
+            mode: opts.mode,
+            lanes: b.lanes,
+            segments: if checkpointed {
+                plan.segments.segments.len()
+            } else {
+                1
+            },
+            strategy: if checkpointed {
+                plan.segments.strategy
+            } else {
+                Checkpoint::Off
+            },
+            scratch_slots: if scratch {
+                plan.segments.scratch_slots.len() as u32
+            } else {
+                0
+            },
+            opaque_math: opts.opaque_math,
+            body,
+        }
+    }
+
+    /// The plain schedule (one segment) of verified tape `v`: what the CPU code runs.
+    pub fn plain(v: &Verified, opts: ScheduleOptions) -> Schedule {
+        let info = v.info();
+        let b = Builder {
+            tape: v.tape(),
+            live: &info.activity.live,
+            active: &info.activity.active,
+            cones: &info.cones,
+            input_nodes: &info.input_nodes,
+            mode: opts.mode,
+            lanes: v.tape().outputs.len(),
+        };
+        Schedule {
+            mode: opts.mode,
+            lanes: b.lanes,
+            segments: 1,
+            strategy: Checkpoint::Off,
+            scratch_slots: 0,
+            opaque_math: opts.opaque_math,
+            body: b.plain(),
+        }
+    }
+
+    /// Is this a checkpointed reverse kernel (values carried across segment blocks)?
+    pub fn is_checkpointed(&self) -> bool {
+        self.segments > 1
+    }
+
+    /// Calls `f` on every statement, blocks before their contents, in order.
+    pub fn walk(&self, f: &mut impl FnMut(&Stmt)) {
+        fn go(stmts: &[Stmt], f: &mut impl FnMut(&Stmt)) {
+            for s in stmts {
+                f(s);
+                if let Stmt::Block(b) = s {
+                    go(&b.body, f);
+                }
+            }
+        }
+        go(&self.body, f);
+    }
+
+    /// The rules the kernel's definitions use, each once, in order of first use (their value
+    /// and adjoint expressions are what the kernel may call).
+    pub fn rules(&self) -> Vec<&'static Rule> {
+        let mut rules: Vec<&'static Rule> = Vec::new();
+        self.walk(&mut |s| {
+            if let Stmt::Define {
+                def: Def::Rule { rule, .. },
+                ..
+            } = s
+            {
+                if !rules.iter().any(|r| std::ptr::eq(*r, *rule)) {
+                    rules.push(rule);
+                }
+            }
+        });
+        rules
+    }
+
+    /// Does some rule of the kernel call `f`, or `pow` when `f` is `None`?
+    pub fn calls(&self, f: Option<Fun>) -> bool {
+        self.rules().iter().any(|rule| {
+            let mut found = false;
+            rule.visit(&mut |e| {
+                found |= match (*e, f) {
+                    (Expr::Call(g, _), Some(f)) => g == f,
+                    (Expr::Pow(..), None) => true,
+                    _ => false,
+                }
+            });
+            found
+        })
+    }
+
+    /// Which draw kinds the kernel makes: `(normal, uniform)`.
+    pub fn draws(&self) -> (bool, bool) {
+        let (mut normal, mut uniform) = (false, false);
+        self.walk(&mut |s| {
+            if let Stmt::Define {
+                def: Def::Draw { kind, .. },
+                ..
+            } = s
+            {
+                match kind {
+                    DrawKind::Normal => normal = true,
+                    DrawKind::Uniform => uniform = true,
+                }
+            }
+        });
+        (normal, uniform)
+    }
+
+    /// Does the kernel call the opaque identity (it is checkpointed, or it passes some call's
+    /// arguments through it)?
+    pub fn uses_opaque(&self) -> bool {
+        self.is_checkpointed()
+            || (self.opaque_math
+                && (self.calls(None)
+                    || crate::passes::OPAQUE_MATH
+                        .iter()
+                        .any(|&f| self.calls(Some(f)))))
+    }
+}
