@@ -2,15 +2,45 @@
 //! refused with exit status 1, a message naming the problem and the place, and nothing written.
 
 use serde_json::Value;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn nablac(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nablac"))
         .args(args)
         .current_dir(dir)
+        .stdin(Stdio::null())
         .output()
         .expect("nablac runs")
+}
+
+/// Runs nablac with `stdin` on its standard input.
+fn nablac_in(args: &[&str], dir: &Path, stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nablac"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nablac runs");
+    let mut pipe = child.stdin.take().unwrap();
+    // A command that fails early may close its end first: a broken pipe here is not the test's.
+    let _ = pipe.write_all(stdin);
+    drop(pipe);
+    child.wait_with_output().expect("nablac ends")
+}
+
+/// Standard output of a successful `nablac_in`.
+fn ok_in(args: &[&str], dir: &Path, stdin: &[u8]) -> Output {
+    let out = nablac_in(args, dir, stdin);
+    assert!(
+        out.status.success(),
+        "nablac {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// Runs nablac, asserts success, returns stdout.
@@ -109,7 +139,7 @@ fn market_overrides_are_recorded_and_checked() {
     let e = fails(
         &["record", "european", "--market", "spot=abc", "-o", "x.bin"],
         &d,
-        2,
+        1,
     );
     assert!(e.contains("'abc' is not a number"), "{e}");
     let e = fails(&["record", "asian", "--steps", "0", "-o", "x.bin"], &d, 1);
@@ -358,4 +388,648 @@ fn out_of_range_options_and_unsafe_outputs_are_refused() {
         1,
     );
     assert!(e.contains("outside the f32 kernel's range"), "{e}");
+}
+
+/// Issue 12, point 3: an option that the target, a compiled kernel or the product cannot honour
+/// is refused with status 1, a message naming it, and nothing written.
+#[test]
+fn options_nothing_would_honour_are_refused() {
+    let d = scratch("honour");
+    ok(&["record", "asian", "--steps", "8", "-o", "a.bin"], &d);
+    ok(&["a.bin", "--target", "cpu", "-o", "k.clif"], &d);
+    let before = files_in(&d);
+    // Product options the product does not read.
+    for (args, needle) in [
+        (
+            vec!["record", "european", "--barrier", "90", "-o", "x.bin"],
+            "--barrier is not an option of european",
+        ),
+        (
+            vec!["record", "european", "--steps", "3", "-o", "x.bin"],
+            "--steps is not an option of european",
+        ),
+        (
+            vec!["record", "asian", "--rho", "0.3", "-o", "x.bin"],
+            "--rho is not an option of asian: it reads --steps",
+        ),
+        (
+            vec!["record", "basket", "--smoothing", "0.1", "-o", "x.bin"],
+            "--smoothing is not an option of basket",
+        ),
+        (
+            vec!["record", "barrier", "--assets", "2", "-o", "x.bin"],
+            "--assets is not an option of barrier",
+        ),
+    ] {
+        let e = fails(&args, &d, 1);
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+    // Compile options the target, the mode or the other checkpoint options leave unused.
+    for (args, needle) in [
+        (
+            vec![
+                "--checkpoint",
+                "registers",
+                "--segments",
+                "2",
+                "-o",
+                "x.clif",
+            ],
+            "--checkpoint registers is not for the cpu target",
+        ),
+        (
+            vec!["--segments", "2", "-o", "x.clif"],
+            "--segments 2 is not for the cpu target",
+        ),
+        (
+            vec!["--workgroup", "64", "-o", "x.clif"],
+            "--workgroup is not for the cpu target",
+        ),
+        (
+            vec!["--annotate", "-o", "x.clif"],
+            "--annotate is not for the cpu target",
+        ),
+        (
+            vec!["--seg-len", "50", "-o", "x.clif"],
+            "--seg-len is not for the cpu target",
+        ),
+        (
+            vec!["--ckpt-nodes", "50", "-o", "x.clif"],
+            "--ckpt-nodes is not for the cpu target",
+        ),
+        (
+            vec!["--scratch-layout", "aos", "-o", "x.clif"],
+            "--scratch-layout is not for the cpu target",
+        ),
+        (
+            vec!["--checkpoint", "scratch", "-o", "x.clif"],
+            "--checkpoint scratch is not for the cpu target",
+        ),
+        (
+            vec!["--mode", "price", "--segments", "4", "-o", "x.cu"],
+            "--segments 4 does nothing with --mode price",
+        ),
+        (
+            vec!["--mode", "price", "--checkpoint", "scratch", "-o", "x.cu"],
+            "--checkpoint scratch does nothing with --mode price",
+        ),
+        (
+            vec!["--checkpoint", "off", "--segments", "3", "-o", "x.cu"],
+            "--segments 3 contradicts --checkpoint off",
+        ),
+        (
+            vec!["--checkpoint", "off", "--seg-len", "30", "-o", "x.cu"],
+            "--seg-len does nothing with --checkpoint off",
+        ),
+        (
+            vec!["--segments", "3", "--seg-len", "10", "-o", "x.cu"],
+            "--seg-len does nothing with --segments 3",
+        ),
+        (
+            vec!["--segments", "3", "--ckpt-nodes", "10", "-o", "x.cu"],
+            "--ckpt-nodes does nothing with --segments 3",
+        ),
+        (
+            vec![
+                "--checkpoint",
+                "scratch",
+                "--ckpt-nodes",
+                "10",
+                "-o",
+                "x.cl",
+            ],
+            "--ckpt-nodes does nothing with --checkpoint scratch",
+        ),
+        (
+            vec!["--scratch-layout", "aos", "-o", "x.cu"],
+            "--scratch-layout does nothing with --checkpoint registers",
+        ),
+        (vec!["--min-blocks", "4", "-o", "x.cl"], "--min-blocks"),
+    ] {
+        for cmd in [vec!["a.bin"], vec!["compile", "a.bin"]] {
+            let args: Vec<&str> = cmd.iter().chain(&args).copied().collect();
+            let e = fails(&args, &d, 1);
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+    // `run` on a tape refuses them the same way, before compiling; --threads is for the cpu.
+    let e = fails(
+        &[
+            "run",
+            "a.bin",
+            "--checkpoint",
+            "registers",
+            "--segments",
+            "2",
+        ],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("--checkpoint registers is not for the cpu target"),
+        "{e}"
+    );
+    let e = fails(
+        &["run", "a.bin", "--target", "cuda", "--threads", "2"],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("--threads is for the cpu target, not cuda"),
+        "{e}"
+    );
+    // A kernel compiled already: its precision and mode are what its manifest says; the other
+    // compile options cannot apply at all.
+    for (args, needle) in [
+        (
+            vec!["run", "k.clif", "--precision", "f32"],
+            "--precision f32 cannot apply: k.clif is a kernel compiled already (cpu, f64, reverse)",
+        ),
+        (
+            vec!["run", "k.clif", "--mode", "price"],
+            "--mode price cannot apply",
+        ),
+        (
+            vec!["run", "k.clif", "--segments", "4"],
+            "--segments applies when compiling a tape",
+        ),
+        (
+            vec!["run", "k.clif", "--workgroup", "64"],
+            "--workgroup applies when compiling a tape",
+        ),
+        (
+            vec!["run", "k.clif", "--manifest", "k.clif"],
+            "k.clif: bad manifest",
+        ),
+        (
+            vec!["run", "a.bin", "--manifest", "k.clif.json"],
+            "--manifest k.clif.json is for a kernel, and a.bin is a tape",
+        ),
+    ] {
+        let e = fails(&args, &d, 1);
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+    // Stating what the kernel is, is no contradiction.
+    ok(
+        &[
+            "run",
+            "k.clif",
+            "--precision",
+            "f64",
+            "--mode",
+            "reverse",
+            "--paths",
+            "1024",
+        ],
+        &d,
+    );
+    // The output's extension picks the target; a contradiction with --target is refused.
+    for (args, needle) in [
+        (
+            vec!["a.bin", "--target", "cuda", "-o", "x.cl"],
+            "--target cuda contradicts the output's name x.cl: .cl names a kernel for opencl",
+        ),
+        (
+            vec!["a.bin", "--target", "cpu", "-o", "x.cu"],
+            "--target cpu contradicts the output's name x.cu",
+        ),
+        (
+            vec!["a.bin", "-o", "x.txt"],
+            "cannot tell the target from the output's name x.txt: give --target",
+        ),
+        (
+            vec!["a.bin", "-o", "-"],
+            "cannot tell the target from the output's name - (standard output)",
+        ),
+    ] {
+        let e = fails(&args, &d, 1);
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+    // explain --plot writes SVG, so it wants an .svg name (or -).
+    let e = fails(&["explain", "a.bin", "--plot", "x.png"], &d, 1);
+    assert!(
+        e.contains("--plot writes SVG: name the file FILE.svg"),
+        "{e}"
+    );
+    let e = fails(
+        &["explain", "a.bin", "--checkpoint", "off", "--segments", "4"],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("--segments 4 contradicts --checkpoint off"),
+        "{e}"
+    );
+    assert_eq!(files_in(&d), before, "nothing written by a refused command");
+
+    // What each target honours still compiles; the extension alone picks the target.
+    for (file, target, marker) in [
+        ("k.cu", "cuda", "extern \"C\" __global__"),
+        ("k.cl", "opencl", "__kernel"),
+        ("k.comp", "glsl", "#version 450"),
+        ("k2.clif", "cpu", "function"),
+    ] {
+        ok(&["a.bin", "-o", file], &d);
+        let src = std::fs::read_to_string(d.join(file)).unwrap();
+        assert!(src.contains(marker), "{file} is not {target} source");
+        let m: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join(format!("{file}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(m["target"], target);
+    }
+    for args in [
+        vec![
+            "a.bin",
+            "-o",
+            "s.cu",
+            "--checkpoint",
+            "scratch",
+            "--segments",
+            "4",
+            "--scratch-layout",
+            "aos",
+        ],
+        vec![
+            "a.bin",
+            "-o",
+            "r.cu",
+            "--seg-len",
+            "20",
+            "--ckpt-nodes",
+            "10",
+            "--min-blocks",
+            "2",
+        ],
+        vec![
+            "a.bin",
+            "-o",
+            "p.cl",
+            "--mode",
+            "price",
+            "--checkpoint",
+            "off",
+            "--segments",
+            "1",
+        ],
+        vec![
+            "a.bin",
+            "-o",
+            "o.clif",
+            "--checkpoint",
+            "off",
+            "--segments",
+            "1",
+            "--min-blocks",
+            "0",
+        ],
+        vec!["a.bin", "--target", "cuda", "-o", "kernel.txt"],
+        vec!["explain", "a.bin", "--plot", "P.SVG"],
+    ] {
+        ok(&args, &d);
+    }
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("s.cu.json")).unwrap()).unwrap();
+    assert_eq!(
+        (m["segments"].as_u64(), m["scratch_layout"].as_str()),
+        (Some(4), Some("aos"))
+    );
+}
+
+/// Issue 12, point 4: help, usage errors and their exit status, the short form.
+#[test]
+fn help_usage_errors_and_the_short_form() {
+    let d = scratch("usage");
+    // A bare `nablac` prints the help on standard output, status 0.
+    let out = nablac(&[], &d);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("Usage: nablac <COMMAND>"), "{help}");
+    assert!(help.contains("nablac TAPE [COMPILE OPTIONS]"), "{help}");
+    assert!(out.stderr.is_empty());
+    for args in [
+        vec!["--help"],
+        vec!["-h"],
+        vec!["--version"],
+        vec!["help", "run"],
+    ] {
+        let out = nablac(&args, &d);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+    // README and --help say what each status means, and they agree.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    assert!(help.contains("Exit status:") && help.contains("1  any error, usage errors included"));
+    assert!(
+        readme.contains("usage errors included"),
+        "README states the exit statuses"
+    );
+    // Usage errors exit 1 like every other error.
+    for (args, needle) in [
+        (vec!["--bogus"], "unexpected argument '--bogus'"),
+        (vec!["record"], "required arguments were not provided"),
+        (vec!["compile", "x.bin"], "--output"),
+        (
+            vec!["run", "x.bin", "--paths", "many"],
+            "invalid value 'many'",
+        ),
+        (
+            vec!["record", "asianx", "-o", "a.bin"],
+            "invalid value 'asianx'",
+        ),
+        (vec!["completions", "tcsh"], "invalid value 'tcsh'"),
+        (vec!["man", "nope"], "no subcommand nope"),
+    ] {
+        let e = fails(&args, &d, 1);
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+    // A mistyped subcommand is named as such, with a suggestion; not a complaint about TAPE.
+    ok(&["record", "european", "-o", "a.bin"], &d);
+    let e = fails(&["inspeect", "a.bin"], &d, 1);
+    assert!(
+        e.contains("'inspeect' is neither a subcommand nor an existing file; did you mean `nablac inspect`?"),
+        "{e}"
+    );
+    assert!(!e.contains("cannot be used with"), "{e}");
+    let e = fails(&["nope.bin", "-o", "k.cu"], &d, 1);
+    assert!(
+        e.contains("'nope.bin' is neither a subcommand nor an existing file"),
+        "{e}"
+    );
+    // The short form is the compile subcommand; a tape named like a subcommand needs `compile`.
+    ok(&["a.bin", "-o", "k1.cu"], &d);
+    ok(&["compile", "a.bin", "-o", "k2.cu"], &d);
+    assert_eq!(
+        std::fs::read(d.join("k1.cu")).unwrap(),
+        std::fs::read(d.join("k2.cu")).unwrap()
+    );
+    std::fs::copy(d.join("a.bin"), d.join("run")).unwrap();
+    ok(&["compile", "run", "-o", "k3.cu"], &d);
+    // `record --help` lists every product with the options it reads and their defaults.
+    let rh = ok(&["record", "--help"], &d);
+    for needle in [
+        "european ",
+        "european-put",
+        "digital",
+        "asian ",
+        "asian-put",
+        "--steps 252",
+        "barrier       up-and-out barrier call, smoothed  --steps 52  --barrier 120  --smoothing 0.01",
+        "basket        basket call, equal weights         --steps 1  --assets 3  --rho 0.5",
+        "spot 100, strike 100, vol 0.2, rate 0.03, maturity 1",
+    ] {
+        assert!(rh.contains(needle), "record --help lacks {needle:?}:\n{rh}");
+    }
+}
+
+/// Issue 12, point 4: every environment variable the binary reads (the runtime's and the CLI's
+/// own `env::var` calls) is listed in `nablac --help`, the man page and README.md.
+#[test]
+fn every_environment_variable_is_in_help() {
+    let d = scratch("env");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let help = ok(&["--help"], &d);
+    let man = ok(&["man"], &d);
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    // Test modules (`tests.rs`, `snapshots.rs`, whatever follows `#[cfg(test)]`) are not the
+    // binary's; the corpus loader is library code that only the snapshot tests call.
+    let test_only = ["NABLAC_CORPUS_DIR"];
+    let mut found = Vec::new();
+    for dir in ["runtime/src", "abi/src", "compiler/src", "cli/src"] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy();
+            if name == "tests.rs" || name == "snapshots.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let text = text.split("#[cfg(test)]").next().unwrap();
+            for call in ["env::var(\"", "env::var_os(\""] {
+                for (i, _) in text.match_indices(call) {
+                    let rest = &text[i + call.len()..];
+                    let name = &rest[..rest.find('"').unwrap()];
+                    found.push(name.to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        found.iter().any(|n| n == "NABLAC_CACHE_DIR"),
+        "the scan finds env reads"
+    );
+    for name in found.iter().filter(|n| !test_only.contains(&n.as_str())) {
+        assert!(help.contains(name.as_str()), "--help does not list {name}");
+        assert!(
+            man.contains(name.as_str()),
+            "the man page does not list {name}"
+        );
+        assert!(
+            readme.contains(name.as_str()),
+            "README.md does not list {name}"
+        );
+    }
+}
+
+/// Issue 12, point 4: `-` is standard input for tapes and kernels, standard output for what is
+/// written; a JSON report then goes to standard error; --json on every reporting subcommand.
+#[test]
+fn dash_is_stdin_and_stdout() {
+    let d = scratch("dash");
+    // record -o - writes the text form; inspect - reads it.
+    let tape = ok(&["record", "asian", "--steps", "6", "-o", "-"], &d);
+    assert!(tape.starts_with("nablatape"), "{tape}");
+    assert!(
+        files_in(&d).is_empty(),
+        "-o - writes no file (no `-`, no `-.json`)"
+    );
+    ok(&["record", "asian", "--steps", "6", "-o", "a.ntape"], &d);
+    assert_eq!(std::fs::read_to_string(d.join("a.ntape")).unwrap(), tape);
+    let from_file: Value =
+        serde_json::from_str(&ok(&["inspect", "a.ntape", "--json"], &d)).unwrap();
+    let out = ok_in(&["inspect", "-", "--json"], &d, tape.as_bytes());
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        from_file
+    );
+    // A bad tape on stdin is named <stdin> with the place.
+    let out = nablac_in(
+        &["inspect", "-"],
+        &d,
+        b"nablatape 1\n%0 = input x 1.0\n%1 = add %0 %2\noutput y = %1\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.starts_with("error: <stdin>: line 3:"), "{e}");
+    // compile - -o -: the kernel on stdout, no manifest unless --manifest says where.
+    let out = ok_in(&["-", "--target", "cuda", "-o", "-"], &d, tape.as_bytes());
+    let src = String::from_utf8(out.stdout).unwrap();
+    assert!(src.contains("extern \"C\" __global__"));
+    assert_eq!(files_in(&d), ["a.ntape"]);
+    ok(&["a.ntape", "-o", "k.cu"], &d);
+    assert_eq!(std::fs::read_to_string(d.join("k.cu")).unwrap(), src);
+    // --json with the kernel on stdout: the report goes to standard error.
+    let out = ok_in(
+        &[
+            "compile",
+            "-",
+            "--target",
+            "cpu",
+            "-o",
+            "-",
+            "--manifest",
+            "m.json",
+            "--json",
+        ],
+        &d,
+        tape.as_bytes(),
+    );
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .starts_with("function"));
+    let j: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(
+        (j["kernel"].as_str(), j["manifest_file"].as_str()),
+        (Some("-"), Some("m.json"))
+    );
+    assert_eq!(j["manifest"]["target"], "cpu");
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("m.json")).unwrap()).unwrap();
+    assert_eq!(m, j["manifest"]);
+    // The manifest alone on stdout.
+    let out = ok(&["a.ntape", "-o", "k2.clif", "--manifest", "-"], &d);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), m);
+    let e = fails(
+        &["a.ntape", "--target", "cpu", "-o", "-", "--manifest", "-"],
+        &d,
+        1,
+    );
+    assert!(e.contains("both ask for standard output"), "{e}");
+    // A manifest that cannot be written: the kernel is not written to stdout either (`fails`
+    // checks that stdout is empty).
+    std::fs::create_dir(d.join("sub")).unwrap();
+    let e = fails(
+        &["a.ntape", "--target", "cpu", "-o", "-", "--manifest", "sub"],
+        &d,
+        1,
+    );
+    assert!(e.contains("not a regular file"), "{e}");
+    // run -: a tape, or a kernel with --manifest; the same bits as from files.
+    let args = ["--paths", "2048", "--seed", "3", "--json"];
+    let want: Value =
+        serde_json::from_str(&ok(&[&["run", "a.ntape"], &args[..]].concat(), &d)).unwrap();
+    let out = ok_in(&[&["run", "-"], &args[..]].concat(), &d, tape.as_bytes());
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap(), want);
+    let kernel = std::fs::read(d.join("k2.clif")).unwrap();
+    let out = ok_in(
+        &[&["run", "-", "--manifest", "m.json"], &args[..]].concat(),
+        &d,
+        &kernel,
+    );
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap(), want);
+    let out = nablac_in(&["run", "-"], &d, &kernel);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give its manifest with --manifest"));
+    // explain --plot -: the SVG on stdout, the plan on stderr.
+    let out = ok_in(
+        &["explain", "-", "--plot", "-", "--json"],
+        &d,
+        tape.as_bytes(),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+    let j: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(j["nodes"], from_file["nodes"]);
+    // --json on record and compile (inspect, explain and run have their own tests).
+    let r: Value = serde_json::from_str(&ok(
+        &["record", "basket", "--assets", "2", "-o", "b.bin", "--json"],
+        &d,
+    ))
+    .unwrap();
+    assert_eq!(r["product"], "basket");
+    assert_eq!(r["format"], "binary");
+    assert_eq!(
+        r["options"],
+        serde_json::json!({"steps": 1, "assets": 2, "rho": 0.5})
+    );
+    assert_eq!(r["market"]["spot"], 100.0);
+    let i: Value = serde_json::from_str(&ok(&["inspect", "b.bin", "--json"], &d)).unwrap();
+    assert_eq!(r["hash"], i["hash"]);
+    let c: Value = serde_json::from_str(&ok(&["b.bin", "-o", "b.cu", "--json"], &d)).unwrap();
+    assert_eq!(c["kernel"], "b.cu");
+    assert_eq!(c["manifest_file"], "b.cu.json");
+    assert_eq!(c["manifest"]["target"], "cuda");
+}
+
+/// Issue 12, point 4: `nablac completions SHELL` and `nablac man [SUBCOMMAND]`.
+#[test]
+fn completions_and_man_pages() {
+    let d = scratch("man");
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let s = ok(&["completions", shell], &d);
+        assert!(
+            s.contains("nablac") && s.contains("inspect") && s.contains("--checkpoint"),
+            "{shell}"
+        );
+    }
+    let page = ok(&["man"], &d);
+    assert!(page.contains(".TH nablac 1"), "{page}");
+    assert!(page.contains("nablac\\-compile(1)"), "{page}");
+    let run = ok(&["man", "run"], &d);
+    assert!(run.contains(".TH nablac-run 1"), "{run}");
+    assert!(run.contains("\\-\\-paths"), "{run}");
+    let record = ok(&["man", "record"], &d);
+    assert!(
+        record.contains("\\-\\-steps 252"),
+        "the products' defaults: {record}"
+    );
+}
+
+/// Issue 12, point 4: the progress bar shows on a terminal when a calibration run predicts more
+/// than about a second, and never when standard error is not a terminal or the run is short.
+/// Uses script(1) for a terminal; skipped where there is none.
+#[test]
+fn progress_bar_on_a_terminal_for_long_runs_only() {
+    let d = scratch("progress");
+    // 3-4 s on one thread of this machine (the Asian runs 50,000-70,000 paths a second there,
+    // so the calibration predicts over a second with a margin of 3).
+    ok(&["record", "asian", "--steps", "252", "-o", "a.bin"], &d);
+    ok(&["record", "european", "-o", "e.bin"], &d);
+    let long = ["run", "a.bin", "--paths", "200000", "--threads", "1"];
+    let out = nablac(&long, &d);
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "no bar off a terminal: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped the terminal half: no script(1)");
+        return;
+    }
+    let on_terminal = |args: &[&str]| -> String {
+        let cmd = format!("{} {}", env!("CARGO_BIN_EXE_nablac"), args.join(" "));
+        let out = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .current_dir(&d)
+            .stdin(Stdio::null())
+            .output()
+            .expect("script runs");
+        assert!(out.status.success(), "{cmd}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tty = on_terminal(&long);
+    assert!(
+        tty.contains("/200,000 paths"),
+        "a bar for a long run: {tty}"
+    );
+    assert!(tty.contains("price"), "{tty}");
+    let tty = on_terminal(&["run", "e.bin", "--paths", "200000"]);
+    assert!(
+        !tty.contains("/200,000 paths"),
+        "no bar for a short run: {tty}"
+    );
 }

@@ -1,26 +1,35 @@
-//! `nablac TAPE --target cuda|opencl|glsl|cpu -o FILE`: the main job.
+//! `nablac compile TAPE -o FILE [--target T]` (or `nablac TAPE ...`): the main job.
 
 use super::output::Staged;
-use super::{CompileOpts, LayoutArg, ModeArg, PrecisionArg, TargetArg};
+use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, ModeArg, PrecisionArg, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nablac::compile::{CompileOptions, Compiled};
 use nablac::emit::{Mode, Precision, Target};
 use nablac::plan::SegmentOptions;
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug, Clone)]
 pub struct CompileArgs {
-    /// A tape: binary (`NTAP` magic) or text (`nablatape 1`).
-    #[arg(value_name = "TAPE", required = true)]
-    pub tape: Option<PathBuf>,
-    /// Where the kernel runs.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub target: TargetArg,
-    /// Kernel source to write; the manifest goes to FILE.json.
-    #[arg(short, long, value_name = "FILE", required = true)]
-    pub output: Option<PathBuf>,
-    #[command(flatten)]
+    /// A tape: binary (`NTAP` magic) or text (`nablatape 1`); `-` reads standard input.
+    #[arg(value_name = "TAPE")]
+    pub tape: PathBuf,
+    /// Where the kernel runs. Default: the output's extension says (.cu cuda, .cl opencl,
+    /// .comp glsl, .clif cpu); one that contradicts --target is an error.
+    #[arg(long, value_enum)]
+    pub target: Option<TargetArg>,
+    /// Kernel source to write (`-`: standard output); the manifest goes to FILE.json.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Where the manifest goes (`-`: standard output). Default: FILE.json, or nowhere when the
+    /// kernel goes to standard output.
+    #[arg(long, value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
+    /// Print JSON: kernel, manifest_file, checkpointed, manifest (the manifest's contents).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten, next_help_heading = "Compile options")]
     pub opts: CompileOpts,
 }
 
@@ -62,7 +71,8 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
     c
 }
 
-/// Compiles a verified tape for `target` with the command line's options.
+/// Compiles a verified tape for `target` with the command line's options (which the caller has
+/// checked with `honour::check_compile` first, before reading the tape).
 pub fn compile(
     tape: &nablac::verify::Verified,
     target: Target,
@@ -86,12 +96,35 @@ pub fn manifest_path(out: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-pub fn run(args: &CompileArgs) -> Result<()> {
-    let (Some(tape_path), Some(out)) = (&args.tape, &args.output) else {
-        bail!("usage: nablac TAPE --target cuda|opencl|glsl|cpu -o FILE (see nablac --help)");
+#[derive(Serialize)]
+struct JsonCompile<'a> {
+    /// The kernel's path, `-` for standard output.
+    kernel: String,
+    /// The manifest's path, `-` for standard output, null when it was not written.
+    manifest_file: Option<String>,
+    checkpointed: bool,
+    manifest: &'a nablac::emit::Manifest,
+}
+
+pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
+    let tape_path = &args.tape;
+    let out = &args.output;
+    let target = super::honour::compile_target(args.target.map(target), out)?;
+    let mpath = match &args.manifest {
+        Some(m) => Some(m.clone()),
+        None if is_stdio(out) => None,
+        None => Some(manifest_path(out)),
     };
-    for dest in [out.clone(), manifest_path(out)] {
-        if same_file(tape_path, &dest) {
+    if let Some(m) = &mpath {
+        if is_stdio(m) && is_stdio(out) {
+            bail!("-o - and --manifest - both ask for standard output: give the manifest a file");
+        }
+        if !is_stdio(m) && !is_stdio(out) && (m == out || same_file(m, out)) {
+            bail!("--manifest {} is the kernel's own file", m.display());
+        }
+    }
+    for dest in [Some(out), mpath.as_ref()].into_iter().flatten() {
+        if !is_stdio(tape_path) && !is_stdio(dest) && same_file(tape_path, dest) {
             bail!(
                 "refusing to write {}: it is the input tape {}",
                 dest.display(),
@@ -99,15 +132,42 @@ pub fn run(args: &CompileArgs) -> Result<()> {
             );
         }
     }
+    super::honour::check_compile(target, &args.opts, given)?;
     let tape = super::load_tape(tape_path)?;
-    let k = compile(&tape, target(args.target), &args.opts)
-        .with_context(|| format!("cannot compile {}", tape_path.display()))?;
+    let k = compile(&tape, target, &args.opts)
+        .with_context(|| format!("cannot compile {}", shown(tape_path, "<stdin>")))?;
     let manifest = serde_json::to_string_pretty(&k.manifest)? + "\n";
+    // Files are staged and renamed into place together; standard output is written only once
+    // every file is in place, so an error leaves nothing half-written.
     let mut staged = Staged::new();
-    staged.write(out, k.source.as_bytes())?;
-    staged.write(&manifest_path(out), manifest.as_bytes())?;
+    let mut to_stdout: Option<&[u8]> = None;
+    for (dest, bytes) in [
+        (Some(out), k.source.as_bytes()),
+        (mpath.as_ref(), manifest.as_bytes()),
+    ] {
+        match dest {
+            Some(d) if is_stdio(d) => to_stdout = Some(bytes),
+            Some(d) => staged.write(d, bytes)?,
+            None => {}
+        }
+    }
     staged.commit()?;
-    let shape = if k.manifest.segments > 1 {
+    if let Some(bytes) = to_stdout {
+        super::output::write_stdout(bytes)?;
+    }
+    let stdout_taken = to_stdout.is_some();
+    let checkpointed = k.manifest.segments > 1;
+    if args.json {
+        let j = JsonCompile {
+            kernel: out.display().to_string(),
+            manifest_file: mpath.as_ref().map(|m| m.display().to_string()),
+            checkpointed,
+            manifest: &k.manifest,
+        };
+        super::print_report(&serde_json::to_string_pretty(&j)?, stdout_taken);
+        return Ok(());
+    }
+    let shape = if checkpointed {
         format!(
             "checkpointed: {} segments, {} persistent values",
             k.manifest.segments, k.manifest.persistent
@@ -115,12 +175,15 @@ pub fn run(args: &CompileArgs) -> Result<()> {
     } else {
         "not checkpointed".to_string()
     };
+    let manifest_said = match &mpath {
+        Some(m) => format!(" and {}", shown(m, "<stdout>")),
+        None => " (no manifest: --manifest PATH writes one)".to_string(),
+    };
     eprintln!(
-        "wrote {} ({} {} kernel, {shape}) and {}",
-        out.display(),
+        "wrote {} ({} {} kernel, {shape}){manifest_said}",
+        shown(out, "<stdout>"),
         k.manifest.target.name(),
         k.manifest.mode.name(),
-        manifest_path(out).display()
     );
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! `nablac explain TAPE [--segments N] [--json] [--plot FILE.svg]`: the checkpoint plan.
 
 use super::output::Staged;
-use super::{CheckpointArg, TapeArg};
-use anyhow::Result;
+use super::{is_stdio, CheckpointArg, Given, TapeArg};
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -26,12 +26,33 @@ pub struct ExplainArgs {
     /// max_live_checkpointed.
     #[arg(long)]
     json: bool,
-    /// Write an SVG of the values alive along the tape, plain and checkpointed.
+    /// Write an SVG of the values alive along the tape, plain and checkpointed, to FILE.svg
+    /// (`-`: standard output; the plan then goes to standard error).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 }
 
-pub fn run(args: &ExplainArgs) -> Result<()> {
+pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
+    if let Some(p) = &args.plot {
+        let svg = p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg && !is_stdio(p) {
+            bail!(
+                "--plot writes SVG: name the file FILE.svg (or - for standard output), not {}",
+                p.display()
+            );
+        }
+    }
+    super::honour::check_segmenting(
+        &super::honour::Segmenting {
+            checkpoint: Some(args.checkpoint),
+            default_checkpoint: CheckpointArg::Registers,
+            segments: args.segments,
+        },
+        given,
+    )?;
     let tape = super::load_tape(&args.tape.tape)?;
     let opts = nablac::plan::SegmentOptions {
         strategy: args.checkpoint.into(),
@@ -41,16 +62,25 @@ pub fn run(args: &ExplainArgs) -> Result<()> {
     };
     let plan = nablac::passes::plan(&tape, &opts);
     let explain = nablac::passes::explain(&tape, &plan);
+    let mut plot_on_stdout = false;
     if let Some(path) = &args.plot {
         let svg = nablac::passes::explain_svg(&tape, &plan);
-        let mut out = Staged::new();
-        out.write(path, svg.as_bytes())?;
-        out.commit()?;
+        if is_stdio(path) {
+            super::output::write_stdout(svg.as_bytes())?;
+            plot_on_stdout = true;
+        } else {
+            let mut out = Staged::new();
+            out.write(path, svg.as_bytes())?;
+            out.commit()?;
+        }
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&explain)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&explain)?
     } else {
-        print!("{}", nablac::passes::explain_text(&tape, &plan));
-    }
+        nablac::passes::explain_text(&tape, &plan)
+            .trim_end()
+            .to_string()
+    };
+    super::print_report(&text, plot_on_stdout);
     Ok(())
 }

@@ -61,7 +61,7 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
-    println!("tape      {}", args.tape.tape.display());
+    println!("tape      {}", super::shown(&args.tape.tape, "<stdin>"));
     println!("nodes     {} ({} active)", s.nodes, s.active);
     let inputs: Vec<String> = tape
         .inputs

@@ -72,3 +72,12 @@ impl Drop for Staged {
         }
     }
 }
+
+/// Writes `bytes` to standard output in one go and flushes it (`-o -`). Called once everything
+/// else has succeeded, so a refused command writes nothing there either.
+pub fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .context("cannot write standard output")
+}

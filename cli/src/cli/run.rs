@@ -1,6 +1,6 @@
 //! `nablac run TAPE|KERNEL --target ... --paths N --seed S`: price and Greeks.
 
-use super::{CompileOpts, TargetArg};
+use super::{is_stdio, CompileOpts, Given, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nablac::emit::{Manifest, Target};
@@ -12,12 +12,16 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// A tape (compiled first) or a kernel emitted by nablac, with its manifest at KERNEL.json.
+    /// A tape (compiled first) or a kernel emitted by nablac, with its manifest at KERNEL.json;
+    /// `-` reads either from standard input (a kernel then needs --manifest).
     #[arg(value_name = "TAPE|KERNEL")]
     input: PathBuf,
     /// Where to run (`vulkan` = `glsl`). Default: cpu for a tape, the manifest's for a kernel.
     #[arg(long, value_enum)]
     target: Option<TargetArg>,
+    /// A kernel's manifest [default: KERNEL.json].
+    #[arg(long, value_name = "PATH")]
+    manifest: Option<PathBuf>,
     /// Monte Carlo paths (1 ..= 2^63 - 1).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     paths: u64,
@@ -27,13 +31,16 @@ pub struct RunArgs {
     /// Run at another value of an input, e.g. --market spot=105 (repeatable).
     #[arg(long = "market", value_name = "NAME=VALUE", value_parser = super::parse_market)]
     market: Vec<(String, f64)>,
-    /// CPU worker threads (default: every core). Never changes a result.
+    /// CPU worker threads (cpu target; default: every core). Never changes a result.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Print JSON: target, precision, paths, seed, outputs {name: value, stderr, greeks}.
     #[arg(long)]
     json: bool,
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "Compile options (for a tape; a kernel is compiled already)"
+    )]
     opts: CompileOpts,
 }
 
@@ -64,25 +71,51 @@ fn is_tape(bytes: &[u8]) -> bool {
     }
 }
 
-pub fn run(args: &RunArgs) -> Result<()> {
+/// Refuses options the target does not use (the compile options are checked with the compile).
+fn check_target(target: Target, args: &RunArgs) -> Result<()> {
+    if args.threads.is_some() && target != Target::Cpu {
+        bail!(
+            "--threads is for the cpu target, not {}: a GPU runs its paths on the device's own \
+             threads",
+            target.name()
+        );
+    }
+    Ok(())
+}
+
+pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     if args.paths == 0 || args.paths > i64::MAX as u64 {
         bail!("--paths must be between 1 and 2^63 - 1, not {}", args.paths);
     }
-    let bytes = std::fs::read(&args.input)
-        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let name = super::shown(&args.input, "<stdin>");
+    let bytes = super::read_input(&args.input)?;
     let asked = args.target.map(super::compile::target);
     let (source, manifest): (String, Manifest) = if is_tape(&bytes) {
+        if let Some(m) = &args.manifest {
+            bail!(
+                "--manifest {} is for a kernel, and {name} is a tape (its manifest is made when it \
+                 is compiled)",
+                m.display()
+            );
+        }
         let target = asked.unwrap_or(Target::Cpu);
-        let tape = super::load_tape(&args.input)?;
+        check_target(target, args)?;
+        super::honour::check_compile(target, &args.opts, given)?;
+        let tape = super::parse_tape(&args.input, &bytes)?;
         let k = super::compile::compile(&tape, target, &args.opts)
-            .with_context(|| format!("cannot compile {}", args.input.display()))?;
+            .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
-        let mpath = super::compile::manifest_path(&args.input);
+        let mpath = match &args.manifest {
+            Some(m) => m.clone(),
+            None if is_stdio(&args.input) => bail!(
+                "<stdin> is not a tape, so it must be a kernel: give its manifest with --manifest PATH"
+            ),
+            None => super::compile::manifest_path(&args.input),
+        };
         let mtext = std::fs::read_to_string(&mpath).with_context(|| {
             format!(
-                "{} is not a tape, so it must be a kernel with its manifest at {}",
-                args.input.display(),
+                "{name} is not a tape, so it must be a kernel with its manifest at {}",
                 mpath.display()
             )
         })?;
@@ -90,14 +123,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .with_context(|| format!("{}: bad manifest", mpath.display()))?;
         if asked.is_some_and(|t| t != m.target) {
             bail!(
-                "{} is a kernel for {}; run it with --target {} (or without --target)",
-                args.input.display(),
+                "{name} is a kernel for {}; run it with --target {} (or without --target)",
                 m.target.name(),
                 m.target.name()
             );
         }
+        check_target(m.target, args)?;
+        super::honour::check_kernel(&name, &m, &args.opts, given)?;
         let src = String::from_utf8(bytes)
-            .with_context(|| format!("{}: kernel source is not UTF-8", args.input.display()))?;
+            .with_context(|| format!("{name}: kernel source is not UTF-8"))?;
         (src, m)
     };
 
@@ -119,25 +153,36 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .load(&source, &manifest)
         .context("cannot load the kernel")?;
 
-    let bar = (std::io::stderr().is_terminal() && args.paths >= 1 << 22).then(|| {
+    let quiet = RunOptions {
+        threads: args.threads,
+        chunk_paths: None,
+        progress: None,
+    };
+    let bar = if std::io::stderr().is_terminal()
+        && expected_seconds(&backend, &kernel, &market, args.paths, args.seed, &quiet)
+            .context("the run failed")?
+            > BAR_AFTER_SECONDS
+    {
         let b = indicatif::ProgressBar::new(args.paths);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} paths {per_sec} eta {eta}",
+                "{bar:40} {human_pos}/{human_len} paths, {elapsed_precise}, eta {eta}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        b
-    });
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        Some(b)
+    } else {
+        None
+    };
     let progress = |p: Progress| {
         if let Some(b) = &bar {
             b.set_position(p.done);
         }
     };
     let opts = RunOptions {
-        threads: args.threads,
-        chunk_paths: None,
         progress: Some(&progress),
+        ..quiet
     };
     let started = std::time::Instant::now();
     let reports = backend
@@ -148,11 +193,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
             args.seed,
             &opts,
         )
-        .context("the run failed")?;
+        .context("the run failed");
     let elapsed = started.elapsed();
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    let reports = reports?;
     let report = &reports[0];
     if args.json {
         print_json(report, &manifest, args)?;
@@ -160,6 +206,34 @@ pub fn run(args: &RunArgs) -> Result<()> {
         print_table(report, &manifest, args, elapsed);
     }
     Ok(())
+}
+
+/// A run expected to take longer than this shows a progress bar (on a terminal).
+const BAR_AFTER_SECONDS: f64 = 1.0;
+
+/// How long a run of `paths` paths should take, from calibration runs of a few paths: 1024 first,
+/// then 16 times more until one takes 20 ms or covers a sixteenth of the run (a GPU's launch
+/// overhead makes a tiny run slow per path; growing the run until it is measurable keeps the
+/// estimate near the truth at a cost of a few percent of a run that is itself short). Only
+/// called on a terminal, where a bar could show; never changes a result.
+fn expected_seconds(
+    backend: &Backend,
+    kernel: &nablac_runtime::LoadedKernel,
+    market: &[f64],
+    paths: u64,
+    seed: u64,
+    opts: &RunOptions,
+) -> Result<f64> {
+    let mut n = nablac_runtime::PATH_ALIGN.min(paths);
+    loop {
+        let started = std::time::Instant::now();
+        backend.run(kernel, &[market.to_vec()], n, seed, opts)?;
+        let t = started.elapsed().as_secs_f64();
+        if t >= 0.02 || n.saturating_mul(16) > paths {
+            return Ok(t * paths as f64 / n as f64);
+        }
+        n *= 16;
+    }
 }
 
 fn print_json(report: &Report, m: &Manifest, args: &RunArgs) -> Result<()> {
