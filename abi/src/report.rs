@@ -145,10 +145,82 @@ impl PartialSums {
     /// Partial sums from block sums a backend computed (each `S(start, 2^log2_len)` of the run's tree).
     pub fn from_blocks(paths: u64, blocks: &[Block]) -> Result<PartialSums, ReportError> {
         let mut out = PartialSums::empty(paths)?;
+        if let Some(stack) = out.merge_ascending(blocks)? {
+            out.blocks = stack
+                .into_iter()
+                .map(|b| (b.start, (b.log2_len, b.sum)))
+                .collect();
+            return Ok(out);
+        }
         for b in blocks {
             out.insert(*b)?;
         }
         Ok(out)
+    }
+
+    /// `from_blocks` for blocks in ascending, disjoint order (what a GPU's group partials are):
+    /// the same merges as inserting them one by one, in the same order and so with the same bits,
+    /// on a stack instead of a map (O(1) amortized per block). `Ok(None)` when the blocks are not
+    /// ascending and disjoint (the caller inserts them one by one).
+    #[allow(clippy::assign_op_pattern)]
+    fn merge_ascending(&self, blocks: &[Block]) -> Result<Option<Vec<Block>>, ReportError> {
+        let root = self.paths.next_power_of_two();
+        let mut stack: Vec<Block> = Vec::new();
+        let mut next_free = 0u64;
+        for b in blocks {
+            self.check(b)?;
+            if b.start < next_free {
+                return Ok(None);
+            }
+            next_free = b.start + b.len();
+            let mut top = *b;
+            while top.len() < root {
+                let m = top.len();
+                if top.start % (2 * m) == 0 {
+                    // A left child: only padding can be its right sibling yet.
+                    if top.start + m >= self.paths {
+                        top.sum += 0.0; // S(sib, m) of padding is +0.0, added literally
+                    } else {
+                        break;
+                    }
+                } else {
+                    match stack.last() {
+                        Some(left)
+                            if left.start + m == top.start && left.log2_len == top.log2_len =>
+                        {
+                            // S(a, 2m) = S(a, m) + S(a + m, m), written in tree order
+                            top.sum = left.sum + top.sum;
+                            top.start = left.start;
+                            stack.pop();
+                        }
+                        _ => break,
+                    }
+                }
+                top.log2_len += 1;
+            }
+            stack.push(top);
+        }
+        Ok(Some(stack))
+    }
+
+    /// A block's alignment and range (the checks `insert` makes before merging).
+    fn check(&self, b: &Block) -> Result<(), ReportError> {
+        let root = self.paths.next_power_of_two();
+        if b.log2_len >= 64 || !b.start.is_multiple_of(1u64 << b.log2_len) {
+            return Err(ReportError::Misaligned {
+                start: b.start,
+                log2_len: b.log2_len,
+            });
+        }
+        if b.start >= self.paths || b.len() > root {
+            return Err(ReportError::OutOfRange {
+                start: b.start,
+                log2_len: b.log2_len,
+                paths: self.paths,
+                root,
+            });
+        }
+        Ok(())
     }
 
     /// Adds `other`'s paths; fails (leaving `self` unchanged) on a different run size or on overlap.
@@ -207,23 +279,9 @@ impl PartialSums {
     #[allow(clippy::assign_op_pattern)]
     fn insert(&mut self, b: Block) -> Result<(), ReportError> {
         let root = self.paths.next_power_of_two();
+        self.check(&b)?;
         let (start, log2) = (b.start, b.log2_len);
-        if log2 >= 64 || start % (1u64 << log2) != 0 {
-            return Err(ReportError::Misaligned {
-                start,
-                log2_len: log2,
-            });
-        }
-        let len = 1u64 << log2;
-        if start >= self.paths || len > root {
-            return Err(ReportError::OutOfRange {
-                start,
-                log2_len: log2,
-                paths: self.paths,
-                root,
-            });
-        }
-        let end = start + len;
+        let end = start + b.len();
         let overlaps_before = self
             .blocks
             .range(..=start)
@@ -662,6 +720,33 @@ mod tests {
             let total = parts[0].total().unwrap();
             prop_assert_eq!(total.to_bits(), tree_sum(&leaves).to_bits());
             prop_assert_eq!(total.to_bits(), naive_tree(&leaves, 0, n.next_power_of_two()).to_bits());
+        }
+
+        /// Group partials in ascending order (the stack merge) give exactly the blocks, bits
+        /// included, that inserting them one by one in another order gives (the map merge).
+        #[test]
+        fn ascending_blocks_merge_as_inserted_ones(
+            sums in prop::collection::vec(leaf(), 1..200),
+            log2 in 0u32..4,
+            first in 0usize..50,
+            tail in 0u64..16,
+        ) {
+            let len = 1u64 << log2;
+            let paths = (first + sums.len()) as u64 * len - tail.min(len - 1);
+            let blocks: Vec<Block> = sums
+                .iter()
+                .enumerate()
+                .map(|(g, &sum)| Block { start: (first + g) as u64 * len, log2_len: log2, sum })
+                .collect();
+            let fast = PartialSums::from_blocks(paths, &blocks).unwrap();
+            let reversed: Vec<Block> = blocks.iter().rev().copied().collect();
+            let slow = PartialSums::from_blocks(paths, &reversed).unwrap();
+            let bits = |p: &PartialSums| p.blocks().iter().map(|b| (b.start, b.log2_len, b.sum.to_bits())).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&fast), bits(&slow));
+            if first == 0 {
+                let leaves: Vec<f64> = sums.clone();
+                prop_assert_eq!(fast.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
+            }
         }
     }
 }

@@ -9,7 +9,7 @@
 //! backend does.
 
 use crate::gpu::{self, cache, GpuError};
-use crate::manifest::{Checkpoint, Manifest, Precision, Target};
+use crate::manifest::{Manifest, Precision, Target};
 use crate::report::PartialSums;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
@@ -337,35 +337,43 @@ impl Device {
     ) -> Result<Vec<f64>, GpuError> {
         let m = &k.manifest;
         let n = d.groups as usize * m.sums.len();
-        let mut partials = self
+        let partials = self
             .stream
             .alloc_zeros::<f64>(n.max(1))
             .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
-        let invocations = d.groups * m.workgroup_size;
-        let scratch_len = if m.checkpoint == Checkpoint::Scratch {
-            m.scratch_slots_per_path as usize * invocations as usize
+        let args = gpu::kernel_arguments(m, d, paths, seed)?;
+        let scratch_len = if args.contains(&gpu::Arg::Scratch) {
+            m.scratch_slots_per_path as usize * (d.groups * m.workgroup_size) as usize
         } else {
             0
         };
-        let mut scratch = self
+        let scratch = self
             .stream
             .alloc_zeros::<T>(scratch_len.max(1))
             .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
-        let words = gpu::scalars(d.base, paths, seed);
+        let words: Vec<u32> = args
+            .iter()
+            .map(|a| match *a {
+                gpu::Arg::Word(w) => w,
+                _ => 0,
+            })
+            .collect();
         let mut b = self.stream.launch_builder(&k.func);
-        b.arg(inputs).arg(&mut partials);
-        for w in &words {
-            b.arg(w);
-        }
-        if m.checkpoint == Checkpoint::Scratch {
-            b.arg(&mut scratch).arg(&invocations);
+        for (a, w) in args.iter().zip(&words) {
+            match a {
+                gpu::Arg::Inputs => b.arg(inputs),
+                gpu::Arg::Partials => b.arg(&partials),
+                gpu::Arg::Scratch => b.arg(&scratch),
+                gpu::Arg::Word(_) => b.arg(w),
+            };
         }
         let cfg = LaunchConfig {
             grid_dim: (d.groups, 1, 1),
             block_dim: (m.workgroup_size, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the argument list is the ABI of compiler/src/emit (the manifest's params).
+        // SAFETY: the arguments are the manifest's parameter table, in argument order, each
+        // buffer sized as its doc says.
         unsafe { b.launch(cfg) }.map_err(|e| {
             self.err(
                 &format!("launch of {} groups at path {}", d.groups, d.base),

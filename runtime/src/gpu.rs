@@ -116,17 +116,115 @@ pub fn plan_dispatches(
     Ok(out)
 }
 
-/// The 7 u32 scalars of the ABI for a dispatch at `base` of a `paths`-path run under `seed`.
-pub fn scalars(base: u64, paths: u64, seed: u64) -> [u32; 7] {
-    [
-        base as u32,
-        (base >> 32) as u32,
-        paths as u32,
-        (paths >> 32) as u32,
-        seed as u32,
-        (seed >> 32) as u32,
-        0,
-    ]
+/// One kernel parameter's value in a launch, as the manifest's parameter table names it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Arg {
+    /// The input values buffer (role `input`).
+    Inputs,
+    /// The group partials buffer (role `output`).
+    Partials,
+    /// The scratch buffer (role `scratch`).
+    Scratch,
+    /// A u32 scalar (role `value`, or `push` in GLSL).
+    Word(u32),
+}
+
+/// The value of scalar parameter `name` for dispatch `d` of a `paths`-path run under `seed` on
+/// workgroups of `wg` threads (the names and meanings are the manifest's parameter docs).
+fn word(name: &str, d: Dispatch, wg: u32, paths: u64, seed: u64) -> Option<u32> {
+    Some(match name {
+        "path_base_lo" => d.base as u32,
+        "path_base_hi" => (d.base >> 32) as u32,
+        "paths_lo" => paths as u32,
+        "paths_hi" => (paths >> 32) as u32,
+        "seed_lo" => seed as u32,
+        "seed_hi" => (seed >> 32) as u32,
+        "zero" => 0,
+        "invocations" => d.groups.checked_mul(wg)?,
+        _ => return None,
+    })
+}
+
+/// Every parameter of the kernel with the role `roles` admits, as `(binding, Arg)` in binding
+/// order: what a host binds where, read from the manifest's parameter table (never from fixed
+/// positions). Fails on a parameter this runtime does not know how to fill.
+pub fn arguments(
+    m: &Manifest,
+    roles: &[&str],
+    d: Dispatch,
+    paths: u64,
+    seed: u64,
+) -> Result<Vec<(u32, Arg)>, GpuError> {
+    let mut out = Vec::new();
+    for p in m.params.iter().filter(|p| roles.contains(&p.role.as_str())) {
+        let arg = match p.role.as_str() {
+            "input" => Arg::Inputs,
+            "output" => Arg::Partials,
+            "scratch" => Arg::Scratch,
+            "value" | "push" if p.ty == "u32" => {
+                Arg::Word(word(&p.name, d, m.workgroup_size, paths, seed).ok_or_else(|| {
+                    GpuError::Launch(format!(
+                        "the kernel's parameter `{}` (binding {}) is not one this runtime can fill",
+                        p.name, p.binding
+                    ))
+                })?)
+            }
+            _ => {
+                return Err(GpuError::Launch(format!(
+                    "the kernel's parameter `{}` has role `{}` and type `{}`, which this runtime cannot bind",
+                    p.name, p.role, p.ty
+                )))
+            }
+        };
+        out.push((p.binding, arg));
+    }
+    out.sort_by_key(|&(binding, _)| binding);
+    Ok(out)
+}
+
+/// The kernel arguments of a CUDA or OpenCL kernel in argument order; fails unless the
+/// manifest's argument indices are exactly 0, 1, 2, ...
+pub fn kernel_arguments(
+    m: &Manifest,
+    d: Dispatch,
+    paths: u64,
+    seed: u64,
+) -> Result<Vec<Arg>, GpuError> {
+    let args = arguments(m, &["input", "output", "scratch", "value"], d, paths, seed)?;
+    for (k, &(binding, _)) in args.iter().enumerate() {
+        if binding as usize != k {
+            return Err(GpuError::Launch(format!(
+                "the manifest's kernel arguments are not numbered 0, 1, 2, ... (argument {k} has binding {binding})"
+            )));
+        }
+    }
+    Ok(args.into_iter().map(|(_, a)| a).collect())
+}
+
+/// The push-constant bytes of a GLSL kernel: each `push` parameter's u32 at its byte offset.
+pub fn push_constants(
+    m: &Manifest,
+    d: Dispatch,
+    paths: u64,
+    seed: u64,
+) -> Result<Vec<u8>, GpuError> {
+    let mut bytes = Vec::new();
+    for (offset, arg) in arguments(m, &["push"], d, paths, seed)? {
+        let Arg::Word(w) = arg else {
+            unreachable!("push parameters are words")
+        };
+        let at = offset as usize;
+        if !at.is_multiple_of(4) || at > 4096 {
+            return Err(GpuError::Launch(format!(
+                "push constant at byte offset {offset} is not a u32 slot of the block"
+            )));
+        }
+        if bytes.len() < at + 4 {
+            bytes.resize(at + 4, 0);
+        }
+        bytes[at..at + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    Ok(bytes)
 }
 
 /// The inputs buffer's bytes in the kernel's precision; fails unless there is one value per input.
@@ -315,12 +413,111 @@ mod tests {
         );
     }
 
+    /// A manifest with the parameter table of `target` (the compiler's, as a test builds it).
+    fn manifest(target: crate::manifest::Target, scratch: bool) -> Manifest {
+        use crate::manifest::{Checkpoint, Mode, Param, Target, MANIFEST_VERSION};
+        let glsl = target == Target::Glsl;
+        let p = |name: &str, ty: &str, binding, role: &str| Param {
+            name: name.into(),
+            ty: ty.into(),
+            binding,
+            role: role.into(),
+            doc: String::new(),
+        };
+        let mut params = vec![
+            p("inputs", "ptr<f32>", 0, "input"),
+            p("partials", "ptr<f64>", 1, "output"),
+        ];
+        let names = [
+            "path_base_lo",
+            "path_base_hi",
+            "paths_lo",
+            "paths_hi",
+            "seed_lo",
+            "seed_hi",
+            "zero",
+        ];
+        for (k, name) in names.iter().enumerate() {
+            let k = k as u32;
+            params.push(if glsl {
+                p(name, "u32", 4 * k, "push")
+            } else {
+                p(name, "u32", 2 + k, "value")
+            });
+        }
+        if scratch {
+            params.push(p("scratch", "ptr<f32>", 9, "scratch"));
+            params.push(p("invocations", "u32", 10, "value"));
+        }
+        // The table's order is not the binding order: hosts must sort by binding.
+        params.reverse();
+        Manifest {
+            manifest_version: MANIFEST_VERSION,
+            nablac_version: String::new(),
+            target,
+            entry_point: "main".into(),
+            mode: Mode::Price,
+            precision: Precision::F32,
+            inputs: vec![],
+            input_defaults: vec![],
+            outputs: vec!["y".into()],
+            params,
+            sums: vec!["y".into(), "y_sq".into()],
+            workgroup_size: 128,
+            segments: 1,
+            checkpoint: if scratch {
+                Checkpoint::Scratch
+            } else {
+                Checkpoint::Off
+            },
+            persistent: 0,
+            scratch_slots_per_path: 0,
+            scratch_layout: String::new(),
+            draws: 0,
+            tape_hash: String::new(),
+            compile_options: vec![],
+        }
+    }
+
     #[test]
-    fn scalars_split_words() {
+    fn arguments_come_from_the_parameter_table() {
+        use crate::manifest::Target;
+        let d = Dispatch {
+            base: 0x1_0000_0400,
+            groups: 3,
+        };
+        let (paths, seed) = (0x2_0000_0001, 0xdead_beef_0000_0007);
+        let words = [0x400, 1, 1, 2, 7, 0xdead_beef, 0].map(Arg::Word);
+        let mut want = vec![Arg::Inputs, Arg::Partials];
+        want.extend(words);
         assert_eq!(
-            scalars(0x1_0000_0400, 0x2_0000_0001, 0xdead_beef_0000_0007),
-            [0x400, 1, 1, 2, 7, 0xdead_beef, 0]
+            kernel_arguments(&manifest(Target::Cuda, false), d, paths, seed).unwrap(),
+            want
         );
+        want.extend([Arg::Scratch, Arg::Word(3 * 128)]);
+        assert_eq!(
+            kernel_arguments(&manifest(Target::Opencl, true), d, paths, seed).unwrap(),
+            want
+        );
+        let push = push_constants(&manifest(Target::Glsl, false), d, paths, seed).unwrap();
+        let expect: Vec<u8> = [0x400u32, 1, 1, 2, 7, 0xdead_beef, 0]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        assert_eq!(push, expect);
+        // A parameter the runtime cannot fill, or a gap in the argument indices, is refused.
+        let mut m = manifest(Target::Cuda, false);
+        m.params[0].name = "strike".into();
+        let e = kernel_arguments(&m, d, paths, seed)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`strike`"), "{e}");
+        let mut m = manifest(Target::Cuda, false);
+        m.params.retain(|p| p.name != "paths_lo");
+        let e = kernel_arguments(&m, d, paths, seed)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not numbered"), "{e}");
     }
 
     #[test]

@@ -414,7 +414,8 @@ impl Device {
         let n = d.groups as usize * m.sums.len();
         let partials = self.zeros::<f64>(n, CL_MEM_WRITE_ONLY)?;
         let invocations: cl_uint = d.groups * m.workgroup_size;
-        let scratch = if m.checkpoint == Checkpoint::Scratch {
+        let args = gpu::kernel_arguments(m, d, paths, seed)?;
+        let scratch = if args.contains(&gpu::Arg::Scratch) {
             Some(self.zeros::<T>(
                 m.scratch_slots_per_path as usize * invocations as usize,
                 CL_MEM_READ_WRITE,
@@ -422,16 +423,27 @@ impl Device {
         } else {
             None
         };
-        let words = gpu::scalars(d.base, paths, seed);
+        let words: Vec<cl_uint> = args
+            .iter()
+            .map(|a| match *a {
+                gpu::Arg::Word(w) => w,
+                _ => 0,
+            })
+            .collect();
         let mut exec = ExecuteKernel::new(&k.kernel);
-        // SAFETY: the argument list is the ABI of compiler/src/emit (the manifest's params).
+        // SAFETY: the arguments are the manifest's parameter table, in argument order, each
+        // buffer sized as its doc says.
         unsafe {
-            exec.set_arg(inputs).set_arg(&partials);
-            for w in &words {
-                exec.set_arg(w);
-            }
-            if let Some(s) = &scratch {
-                exec.set_arg(s).set_arg(&invocations);
+            for (a, w) in args.iter().zip(&words) {
+                match a {
+                    gpu::Arg::Inputs => exec.set_arg(inputs),
+                    gpu::Arg::Partials => exec.set_arg(&partials),
+                    gpu::Arg::Scratch => match &scratch {
+                        Some(s) => exec.set_arg(s),
+                        None => unreachable!("allocated above when an argument is scratch"),
+                    },
+                    gpu::Arg::Word(_) => exec.set_arg(w),
+                };
             }
         }
         exec.set_global_work_size(invocations as usize)

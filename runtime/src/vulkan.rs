@@ -52,6 +52,25 @@ pub struct Device {
 }
 
 /// A compiled kernel: its pipeline and the manifest that says how to launch it.
+/// The descriptor bindings of the inputs and partials buffers, from the manifest's parameter
+/// table: a GLSL kernel has exactly these two buffers.
+fn buffer_bindings(m: &Manifest) -> Result<[(u32, gpu::Arg); 2], GpuError> {
+    let none = Dispatch { base: 0, groups: 0 };
+    let args = gpu::arguments(m, &["input", "output", "scratch"], none, 0, 0)?;
+    match args[..] {
+        [a, b] if a.1 != b.1 && a.1 != gpu::Arg::Scratch && b.1 != gpu::Arg::Scratch => Ok([a, b]),
+        _ => Err(GpuError::Launch(format!(
+            "a GLSL kernel binds one inputs and one partials buffer; the manifest lists {args:?}"
+        ))),
+    }
+}
+
+/// The size of the push-constant block the manifest's `push` parameters fill.
+fn push_size(m: &Manifest) -> Result<u32, GpuError> {
+    let none = Dispatch { base: 0, groups: 0 };
+    Ok(gpu::push_constants(m, none, 0, 0)?.len() as u32)
+}
+
 pub struct Kernel {
     manifest: Manifest,
     module: vk::ShaderModule,
@@ -251,7 +270,12 @@ impl Device {
             input_defaults: vec![0.0],
             outputs: vec![],
             sums: vec!["probe".into()],
-            params: vec![],
+            params: crate::manifest::gpu_params(
+                Target::Glsl,
+                crate::manifest::Precision::F64,
+                1,
+                None,
+            ),
             workgroup_size: 1,
             segments: 1,
             checkpoint: crate::manifest::Checkpoint::Off,
@@ -297,6 +321,8 @@ impl Device {
                 "GLSL kernels have no scratch buffer".into(),
             ));
         }
+        let buffers = buffer_bindings(manifest)?;
+        let push_size = push_size(manifest)?;
         let spirv = compile_glsl(source, &manifest.entry_point, &self.describe())?;
         let d = &self.device;
         // SAFETY: every create call gets valid info; created objects are destroyed on failure or by destroy_kernel.
@@ -304,7 +330,7 @@ impl Device {
             let module = d
                 .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&spirv), None)
                 .map_err(|e| self.err("vkCreateShaderModule", e))?;
-            let bindings = [0, 1].map(|b| {
+            let bindings = buffers.map(|(b, _)| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
                     .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
@@ -324,7 +350,7 @@ impl Device {
             let ranges = [vk::PushConstantRange::default()
                 .stage_flags(vk::ShaderStageFlags::COMPUTE)
                 .offset(0)
-                .size(28)];
+                .size(push_size)];
             let set_layouts = [set_layout];
             let layout = match d.create_pipeline_layout(
                 &vk::PipelineLayoutCreateInfo::default()
@@ -571,7 +597,13 @@ impl Device {
                             .set_layouts(&layouts),
                     )
                     .map_err(|e| self.err("vkAllocateDescriptorSets", e))?[0];
-                let infos = [input, partials].map(|b| {
+                let buffers = buffer_bindings(&k.manifest)?;
+                let infos = buffers.map(|(_, arg)| {
+                    let b = if arg == gpu::Arg::Inputs {
+                        input
+                    } else {
+                        partials
+                    };
                     [vk::DescriptorBufferInfo::default()
                         .buffer(b.buffer)
                         .offset(0)
@@ -580,7 +612,7 @@ impl Device {
                 let writes = [0usize, 1].map(|i| {
                     vk::WriteDescriptorSet::default()
                         .dst_set(set)
-                        .dst_binding(i as u32)
+                        .dst_binding(buffers[i].0)
                         .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
                         .buffer_info(&infos[i])
                 });
@@ -608,8 +640,7 @@ impl Device {
                     &[set],
                     &[],
                 );
-                let words = gpu::scalars(disp.base, paths, seed);
-                let push: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                let push = gpu::push_constants(&k.manifest, disp, paths, seed)?;
                 d.cmd_push_constants(cmd, k.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
                 d.cmd_dispatch(cmd, disp.groups, 1, 1);
                 let barrier = vk::MemoryBarrier::default()

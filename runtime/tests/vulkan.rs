@@ -42,7 +42,7 @@ fn manifest() -> Manifest {
         input_defaults: vec![0.5],
         outputs: vec!["x".into()],
         sums: vec!["value:x".into()],
-        params: vec![],
+        params: nablac_runtime::manifest::gpu_params(Target::Glsl, Precision::F32, 1, None),
         workgroup_size: 128,
         segments: 1,
         checkpoint: Checkpoint::Off,

@@ -12,83 +12,9 @@ pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
     super::manifest::sum_names(&outputs, &inputs, mode)
 }
 
-fn param(name: &str, ty: String, binding: u32, role: &str, doc: String) -> Param {
-    Param {
-        name: name.into(),
-        ty,
-        binding,
-        role: role.into(),
-        doc,
-    }
-}
-
-/// The kernel's parameters in binding order (the module doc of `emit` is the ABI).
+/// The kernel's parameters in binding order (the ABI crate owns the table).
 fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param> {
-    let real = opts.precision.name();
-    let glsl = opts.target == Target::Glsl;
-    let mem = |t: &str| {
-        if glsl {
-            format!("buffer<{t}>")
-        } else {
-            format!("ptr<{t}>")
-        }
-    };
-    let mut ps = vec![
-        param("inputs", mem(real), 0, "input", "n_inputs input values, in input order (manifest `inputs`)".into()),
-        param(
-            "partials",
-            mem("f64"),
-            1,
-            "output",
-            format!("n_groups * {n_sums} f64: partials[group * {n_sums} + s] = the group's pairwise sum of sum s"),
-        ),
-    ];
-    let scalars: [(&str, &str); 7] = [
-        (
-            "path_base_lo",
-            "low 32 bits of the first path of the launch (a multiple of workgroup_size)",
-        ),
-        (
-            "path_base_hi",
-            "high 32 bits of the first path of the launch",
-        ),
-        (
-            "paths_lo",
-            "low 32 bits of the total path count (paths at or past it contribute 0)",
-        ),
-        ("paths_hi", "high 32 bits of the total path count"),
-        ("seed_lo", "low 32 bits of the seed (Philox key word 0)"),
-        ("seed_hi", "high 32 bits of the seed (Philox key word 1)"),
-        (
-            "zero",
-            "always 0: the run-time zero of the opaque identity and the re-keyed generator",
-        ),
-    ];
-    for (k, (name, doc)) in scalars.iter().enumerate() {
-        let k = k as u32;
-        if glsl {
-            ps.push(param(name, "u32".into(), 4 * k, "push", (*doc).into()));
-        } else {
-            ps.push(param(name, "u32".into(), 2 + k, "value", (*doc).into()));
-        }
-    }
-    if let Some(slots) = scratch {
-        ps.push(param(
-            "scratch",
-            mem(real),
-            9,
-            "scratch",
-            format!("{slots} slots per thread: {slots} * invocations values, device only"),
-        ));
-        ps.push(param(
-            "invocations",
-            "u32".into(),
-            10,
-            "value",
-            "threads in the launch (n_groups * workgroup_size)".into(),
-        ));
-    }
-    ps
+    super::manifest::gpu_params(opts.target, opts.precision, n_sums, scratch)
 }
 
 /// Fills every field of the manifest for the kernel of `schedule`.
