@@ -32,6 +32,14 @@ pub struct Kernel {
     manifest: Manifest,
     func: CudaFunction,
     _module: Arc<cudarc::driver::CudaModule>,
+    clock: gpu::Clock,
+}
+
+impl Kernel {
+    /// Where this kernel's runs spent their time so far.
+    pub fn timings(&self) -> gpu::Timings {
+        self.clock.read()
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -286,6 +294,7 @@ impl Device {
             manifest: manifest.clone(),
             func,
             _module: module,
+            clock: gpu::Clock::default(),
         })
     }
 
@@ -324,7 +333,7 @@ impl Device {
                 }
             }
         }
-        gpu::assemble(m, paths, &parts)
+        k.clock.assemble(|| gpu::assemble(m, paths, &parts))
     }
 
     fn launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
@@ -374,11 +383,10 @@ impl Device {
         };
         // SAFETY: the arguments are the manifest's parameter table, in argument order, each
         // buffer sized as its doc says.
-        unsafe { b.launch(cfg) }.map_err(|e| {
-            self.err(
-                &format!("launch of {} groups at path {}", d.groups, d.base),
-                e,
-            )
+        let what = format!("launch of {} groups at path {}", d.groups, d.base);
+        k.clock.device(|| {
+            unsafe { b.launch(cfg) }.map_err(|e| self.err(&what, e))?;
+            self.stream.synchronize().map_err(|e| self.err(&what, e))
         })?;
         let mut out = self
             .stream

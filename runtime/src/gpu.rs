@@ -12,7 +12,9 @@ use crate::report::{Block, PartialSums, ReportError};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The most paths one dispatch covers (the ABI's limit).
 pub const MAX_PATHS_PER_DISPATCH: u64 = 1 << 27;
@@ -58,6 +60,53 @@ pub fn log_line(log: &str, otherwise: impl FnOnce() -> String) -> String {
         Some(l) => l.to_string(),
         None if !log.trim().is_empty() => log.trim().to_string(),
         None => otherwise(),
+    }
+}
+
+/// Where a loaded kernel's run time went, summed over every run so far (host-measured).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// From each launch to its completion: the device's work plus launch latency (no uploads,
+    /// downloads or allocations).
+    pub device_s: f64,
+    /// Turning group partials into the run's partial sums (`assemble`).
+    pub assemble_s: f64,
+}
+
+/// The accumulator behind [`Timings`], one per loaded GPU kernel.
+#[derive(Debug, Default)]
+pub struct Clock {
+    device_ns: AtomicU64,
+    assemble_ns: AtomicU64,
+}
+
+impl Clock {
+    fn add(counter: &AtomicU64, d: Duration) {
+        counter.fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// Runs `f` (a launch and the wait for its completion), counting its time as device time.
+    pub fn device<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        Self::add(&self.device_ns, t.elapsed());
+        out
+    }
+
+    /// Runs `f` (an assembly of partials), counting its time as assembly time.
+    pub fn assemble<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        Self::add(&self.assemble_ns, t.elapsed());
+        out
+    }
+
+    pub fn read(&self) -> Timings {
+        let s = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 * 1e-9;
+        Timings {
+            device_s: s(&self.device_ns),
+            assemble_s: s(&self.assemble_ns),
+        }
     }
 }
 

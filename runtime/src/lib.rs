@@ -147,6 +147,18 @@ impl LoadedKernel {
     pub fn default_market(&self) -> Vec<f64> {
         self.manifest.input_defaults.clone()
     }
+
+    /// Where this kernel's runs so far spent their time on a GPU (launch to completion, and the
+    /// assembly of group partials), host-measured; zero on the CPU, whose threads compute and
+    /// sum in one pass.
+    pub fn timings(&self) -> gpu::Timings {
+        match &self.code {
+            Code::Cpu(_) => gpu::Timings::default(),
+            Code::Vulkan(k) => k.timings(),
+            Code::Cuda(k) => k.timings(),
+            Code::Opencl(k) => k.timings(),
+        }
+    }
 }
 
 impl Backend {

@@ -58,6 +58,14 @@ pub struct Kernel {
     manifest: Manifest,
     kernel: ClKernel,
     _program: Program,
+    clock: gpu::Clock,
+}
+
+impl Kernel {
+    /// Where this kernel's runs spent their time so far.
+    pub fn timings(&self) -> gpu::Timings {
+        self.clock.read()
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -289,6 +297,7 @@ impl Device {
             manifest: manifest.clone(),
             kernel,
             _program: program,
+            clock: gpu::Clock::default(),
         })
     }
 
@@ -341,7 +350,7 @@ impl Device {
                 }
             }
         }
-        gpu::assemble(m, paths, &parts)
+        k.clock.assemble(|| gpu::assemble(m, paths, &parts))
     }
 
     fn zeros<T: Copy + Default>(
@@ -448,11 +457,9 @@ impl Device {
         }
         exec.set_global_work_size(invocations as usize)
             .set_local_work_size(m.workgroup_size as usize);
-        self.finish_launch(
-            &mut exec,
-            &format!("launch of {} groups at path {}", d.groups, d.base),
-            RUN_TIMEOUT,
-        )?;
+        let what = format!("launch of {} groups at path {}", d.groups, d.base);
+        k.clock
+            .device(|| self.finish_launch(&mut exec, &what, RUN_TIMEOUT))?;
         let mut out = vec![0f64; n.max(1)];
         self.download(&partials, &mut out)?;
         out.truncate(n);

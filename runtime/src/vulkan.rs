@@ -77,6 +77,14 @@ pub struct Kernel {
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
+    clock: gpu::Clock,
+}
+
+impl Kernel {
+    /// Where this kernel's runs spent their time so far.
+    pub fn timings(&self) -> gpu::Timings {
+        self.clock.read()
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -388,6 +396,7 @@ impl Device {
                 set_layout,
                 layout,
                 pipeline,
+                clock: gpu::Clock::default(),
             })
         }
     }
@@ -421,7 +430,7 @@ impl Device {
         for d in gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)? {
             parts.push((d, self.dispatch(k, &bytes, d, paths, seed, RUN_TIMEOUT)?));
         }
-        gpu::assemble(m, paths, &parts)
+        k.clock.assemble(|| gpu::assemble(m, paths, &parts))
     }
 
     fn buffer(&self, size: u64) -> Result<Buffer, GpuError> {
@@ -658,32 +667,34 @@ impl Device {
                 d.end_command_buffer(cmd)
                     .map_err(|e| self.err("vkEndCommandBuffer", e))?;
                 let cmds = [cmd];
-                d.queue_submit(
-                    self.queue,
-                    &[vk::SubmitInfo::default().command_buffers(&cmds)],
-                    fence,
-                )
-                .map_err(|e| self.err("vkQueueSubmit", e))?;
-                match d.wait_for_fences(
-                    &[fence],
-                    true,
-                    timeout.as_nanos().min(u64::MAX as u128) as u64,
-                ) {
-                    Ok(()) => Ok(()),
-                    Err(vk::Result::TIMEOUT) => {
-                        let _ = d.device_wait_idle();
-                        Err(GpuError::Driver {
-                            driver: DRIVER,
-                            device: self.describe(),
-                            what: format!(
-                                "dispatch of {} groups at path {}",
-                                disp.groups, disp.base
-                            ),
-                            message: format!("no completion within {timeout:?}"),
-                        })
+                k.clock.device(|| {
+                    d.queue_submit(
+                        self.queue,
+                        &[vk::SubmitInfo::default().command_buffers(&cmds)],
+                        fence,
+                    )
+                    .map_err(|e| self.err("vkQueueSubmit", e))?;
+                    match d.wait_for_fences(
+                        &[fence],
+                        true,
+                        timeout.as_nanos().min(u64::MAX as u128) as u64,
+                    ) {
+                        Ok(()) => Ok(()),
+                        Err(vk::Result::TIMEOUT) => {
+                            let _ = d.device_wait_idle();
+                            Err(GpuError::Driver {
+                                driver: DRIVER,
+                                device: self.describe(),
+                                what: format!(
+                                    "dispatch of {} groups at path {}",
+                                    disp.groups, disp.base
+                                ),
+                                message: format!("no completion within {timeout:?}"),
+                            })
+                        }
+                        Err(e) => Err(self.err("vkWaitForFences", e)),
                     }
-                    Err(e) => Err(self.err("vkWaitForFences", e)),
-                }
+                })
             })();
             d.destroy_fence(fence, None);
             d.destroy_command_pool(cmd_pool, None);

@@ -12,7 +12,9 @@
 #      (NVIDIA): bit-identity, the definition, Black-Scholes, bumps, the 1M-path acceptance;
 #      one test process a backend (most of the time is driver compiles, one thread each),
 #      logs in suite-BACKEND.txt.
-# Steps 3 and 4 can be skipped with SKIP_BENCH=1 / SKIP_SUITE=1.
+#   5. (before 4) `nablac run` end to end at E2E_PATHS (16M) paths on each backend: run time vs
+#      device time (e2e.txt).
+# Steps 3, 4 and 5 can be skipped with SKIP_BENCH=1 / SKIP_SUITE=1 / SKIP_E2E=1.
 set -uo pipefail
 out=${OUT:-/tmp/nablac-gpu}
 mkdir -p "$out"
@@ -70,6 +72,34 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
       "$k/${p}"_reg{16,16mb4,32,32mb4}_f32.cu "$k/${p}_default_f32.cu" \
       --paths "$paths" --reps "$reps" --json "$out/${p}_f32.json" 2>&1 | tee -a "$out/bench.txt"
   done < <(cat "$k/more.txt" 2>/dev/null)
+fi
+
+if [ "${SKIP_E2E:-0}" != 1 ]; then
+  # `nablac run` end to end on the 252-step Asian (issue 12, point 1): the run's time against its
+  # device time (launch to completion), per backend and mode; the first run of each fills the
+  # driver cache, the second is the one reported. Kernel times by CUDA events: step 3.
+  e2e_paths=${E2E_PATHS:-16777216}
+  echo "== nablac run end to end, asian252, $e2e_paths paths" | tee "$out/e2e.txt"
+  mkdir -p "$g/k"
+  [ -f "$g/k/asian252.bin" ] || "$g/bin/nablac" record asian --steps 252 -o "$g/k/asian252.bin" >/dev/null
+  for b in cuda opencl vulkan; do
+    for mode in price reverse; do
+      for rep in 1 2; do
+        "$g/bin/nablac" run "$g/k/asian252.bin" --target "$b" --mode "$mode" --paths "$e2e_paths" \
+          --json >"$out/e2e-$b-$mode.json" 2>"$out/e2e-$b-$mode.err" || { cat "$out/e2e-$b-$mode.err"; break; }
+      done
+      python3 - "$out/e2e-$b-$mode.json" "$b" "$mode" <<'PY' | tee -a "$out/e2e.txt"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"{sys.argv[2]:7} {sys.argv[3]:8} no result ({e})"); sys.exit()
+t = j["timings"]
+print(f"{sys.argv[2]:7} {sys.argv[3]:8} run {t['run']*1e3:8.2f} ms  device {t['device']*1e3:8.2f} ms  "
+      f"assembly {t['assembly']*1e3:6.2f} ms  run/device {t['run']/t['device']:.3f}  load {t['load']:.2f} s")
+PY
+    done
+  done
 fi
 
 if [ "${SKIP_SUITE:-0}" != 1 ]; then

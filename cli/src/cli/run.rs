@@ -34,7 +34,8 @@ pub struct RunArgs {
     /// CPU worker threads (cpu target; default: every core). Never changes a result.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Print JSON: target, precision, paths, seed, outputs {name: value, stderr, greeks}.
+    /// Print JSON: target, precision, paths, seed, outputs {name: value, stderr, greeks},
+    /// timings {load, run, device, assembly} in seconds.
     #[arg(long)]
     json: bool,
     #[command(
@@ -58,6 +59,19 @@ struct JsonReport<'a> {
     paths: u64,
     seed: u64,
     outputs: BTreeMap<String, JsonOutput>,
+    timings: Timings,
+}
+
+/// Where the command's time went, in seconds (host clocks). `load`: reading, compiling (a tape)
+/// and loading the kernel, driver compile included; `run`: the measured run, end to end;
+/// `device`: its launches from submission to completion (GPU; 0 on the CPU); `assembly`: turning
+/// group partials into the run's sums (GPU; 0 on the CPU).
+#[derive(Serialize, Clone, Copy)]
+struct Timings {
+    load: f64,
+    run: f64,
+    device: f64,
+    assembly: f64,
 }
 
 /// Whether `bytes` is a tape (either form) rather than kernel source.
@@ -84,6 +98,7 @@ fn check_target(target: Target, args: &RunArgs) -> Result<()> {
 }
 
 pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
+    let load_started = std::time::Instant::now();
     if args.paths == 0 || args.paths > i64::MAX as u64 {
         bail!("--paths must be between 1 and 2^63 - 1, not {}", args.paths);
     }
@@ -152,6 +167,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     let kernel = backend
         .load(&source, &manifest)
         .context("cannot load the kernel")?;
+    let load = load_started.elapsed().as_secs_f64();
 
     let quiet = RunOptions {
         threads: args.threads,
@@ -184,6 +200,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         progress: Some(&progress),
         ..quiet
     };
+    let before = kernel.timings();
     let started = std::time::Instant::now();
     let reports = backend
         .run(
@@ -195,15 +212,22 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         )
         .context("the run failed");
     let elapsed = started.elapsed();
+    let after = kernel.timings();
+    let timings = Timings {
+        load,
+        run: elapsed.as_secs_f64(),
+        device: after.device_s - before.device_s,
+        assembly: after.assemble_s - before.assemble_s,
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
     let reports = reports?;
     let report = &reports[0];
     if args.json {
-        print_json(report, &manifest, args)?;
+        print_json(report, &manifest, args, timings)?;
     } else {
-        print_table(report, &manifest, args, elapsed);
+        print_table(report, &manifest, args, timings);
     }
     Ok(())
 }
@@ -236,7 +260,7 @@ fn expected_seconds(
     }
 }
 
-fn print_json(report: &Report, m: &Manifest, args: &RunArgs) -> Result<()> {
+fn print_json(report: &Report, m: &Manifest, args: &RunArgs, timings: Timings) -> Result<()> {
     let outputs = report
         .outputs
         .iter()
@@ -257,22 +281,34 @@ fn print_json(report: &Report, m: &Manifest, args: &RunArgs) -> Result<()> {
         paths: args.paths,
         seed: args.seed,
         outputs,
+        timings,
     };
     // serde_json prints f64 with the shortest representation that parses back to the same bits.
     println!("{}", serde_json::to_string_pretty(&j)?);
     Ok(())
 }
 
-fn print_table(report: &Report, m: &Manifest, args: &RunArgs, elapsed: std::time::Duration) {
+fn print_table(report: &Report, m: &Manifest, args: &RunArgs, t: Timings) {
     println!(
         "{} {} {} paths, seed {}, {:.3} s ({:.2} Mpaths/s)",
         m.target.name(),
         m.precision.name(),
         args.paths,
         args.seed,
-        elapsed.as_secs_f64(),
-        args.paths as f64 / elapsed.as_secs_f64() / 1e6
+        t.run,
+        args.paths as f64 / t.run / 1e6
     );
+    if m.target == Target::Cpu {
+        println!("load {:.3} s (compile and JIT)", t.load);
+    } else {
+        println!(
+            "load {:.3} s (compile and driver compile); run: device {:.3} s, assembly {:.3} s, other {:.3} s",
+            t.load,
+            t.device,
+            t.assembly,
+            (t.run - t.device - t.assembly).max(0.0)
+        );
+    }
     for o in &report.outputs {
         println!("{:<12} {:>22.15} ± {:.3e}", o.name, o.value, o.stderr);
         for (input, g) in &o.greeks {
