@@ -110,6 +110,35 @@ impl PartialSums {
         })
     }
 
+    /// The whole run's sums from equal aligned blocks that tile it from path 0: `sums[g]` is
+    /// `S(g * 2^log2_len, 2^log2_len)` for every block that starts below `paths` (what a GPU
+    /// run's group partials are). Bit-identical to inserting the blocks one by one: the pairwise
+    /// tree over them is `tree_sum` (padding past the run adds +0.0 literally, as `insert` does),
+    /// in O(blocks) adds and no map.
+    pub fn from_tiling(
+        paths: u64,
+        log2_len: u32,
+        sums: &[f64],
+    ) -> Result<PartialSums, ReportError> {
+        let mut out = PartialSums::empty(paths)?;
+        let len = 1u64.checked_shl(log2_len).unwrap_or(0);
+        let root = paths.next_power_of_two();
+        if len == 0
+            || len > root
+            || (sums.len() as u64)
+                .checked_mul(len)
+                .is_none_or(|end| end < paths || end - len >= paths)
+        {
+            return Err(ReportError::Incomplete {
+                covered: (sums.len() as u64).saturating_mul(len).min(paths),
+                paths,
+            });
+        }
+        let whole = root.trailing_zeros();
+        out.blocks.insert(0, (whole, tree_sum(sums)));
+        Ok(out)
+    }
+
     /// The sums of paths `start .. start + leaves.len()` of a run of `paths` paths (leaf p-start is path p).
     pub fn from_leaves(paths: u64, start: u64, leaves: &[f64]) -> Result<PartialSums, ReportError> {
         let mut out = PartialSums::empty(paths)?;
@@ -746,6 +775,8 @@ mod tests {
             if first == 0 {
                 let leaves: Vec<f64> = sums.clone();
                 prop_assert_eq!(fast.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
+                let tiled = PartialSums::from_tiling(paths, log2, &sums).unwrap();
+                prop_assert_eq!(bits(&tiled), bits(&slow));
             }
         }
     }

@@ -307,7 +307,6 @@ pub fn assemble(
     let log2 = wg
         .trailing_zeros()
         .min(paths.next_power_of_two().trailing_zeros());
-    let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
     for (d, partials) in parts {
         if partials.len() != d.groups as usize * n_sums {
             return Err(GpuError::Launch(format!(
@@ -316,6 +315,32 @@ pub fn assemble(
                 d.groups
             )));
         }
+    }
+    // The whole run from path 0 in consecutive dispatches (a `run`): one pairwise tree per sum
+    // over the group partials, O(groups) and cache-friendly.
+    let whole = parts.first().is_some_and(|(d, _)| d.base == 0)
+        && parts
+            .windows(2)
+            .all(|w| w[1].0.base == w[0].0.base + w[0].0.groups as u64 * wg)
+        && parts
+            .last()
+            .is_some_and(|(d, _)| d.base + d.groups as u64 * wg >= paths);
+    if whole {
+        let groups = paths.div_ceil(wg) as usize; // the groups that start below `paths`
+        let mut column = Vec::with_capacity(groups);
+        return (0..n_sums)
+            .map(|s| {
+                column.clear();
+                for (_, partials) in parts {
+                    column.extend(partials.iter().skip(s).step_by(n_sums));
+                }
+                column.truncate(groups);
+                PartialSums::from_tiling(paths, log2, &column).map_err(GpuError::from)
+            })
+            .collect();
+    }
+    let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
+    for (d, partials) in parts {
         for g in 0..d.groups as usize {
             let start = d.base + g as u64 * wg;
             if start >= paths {
