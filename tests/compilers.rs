@@ -237,7 +237,8 @@ fn compile(k: &Kernel, what: &str) -> Result<String, toolchain::ToolError> {
 }
 
 /// Every corpus tape (tests/in/*.ntape) at each of its sidecar's segment counts, register
-/// recompute (and scratch for CUDA/OpenCL when checkpointed), price (plain only) and reverse, f32
+/// recompute (and scratch for CUDA/OpenCL when checkpointed), price and forward (plain only) and
+/// reverse, f32
 /// and f64, through each target's compiler without warnings. GLSL f64 kernels the emitter refuses
 /// (exp/log/cos have no double overloads in GLSL) are the only combinations left out.
 #[test]
@@ -255,7 +256,7 @@ fn corpus_kernels_compile_on_every_target() {
                 for strategy in strategies {
                     let plan = planned(&case.tape, s, strategy);
                     let modes: &[Mode] = if s == 1 {
-                        &[Mode::Price, Mode::Reverse]
+                        &[Mode::Price, Mode::Reverse, Mode::Forward]
                     } else {
                         &[Mode::Reverse]
                     };

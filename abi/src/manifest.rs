@@ -37,13 +37,22 @@ pub enum Mode {
     Price,
     /// Value and every Greek, by the adjoint (reverse) sweep.
     Reverse,
+    /// Value and every Greek, by tangents carried along the one forward sweep (one direction per
+    /// input, seeded with literals).
+    Forward,
 }
 
 impl Mode {
+    /// Does the kernel compute Greeks (reverse or forward), not just the value?
+    pub fn has_greeks(self) -> bool {
+        self != Mode::Price
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Price => "price",
             Mode::Reverse => "reverse",
+            Mode::Forward => "forward",
         }
     }
 }
@@ -145,14 +154,14 @@ pub struct Manifest {
 }
 
 /// The per-path sums of a kernel, in partials (and CPU row) order: for each output O, `value:O`,
-/// `value_sq:O`, then in reverse mode `greek:O:I` for each input I. The one place this order is
+/// `value_sq:O`, then in reverse and forward mode `greek:O:I` for each input I. The one place this order is
 /// written down: every emitter fills `Manifest::sums` from it.
 pub fn sum_names(outputs: &[String], inputs: &[String], mode: Mode) -> Vec<String> {
     let mut sums = Vec::new();
     for o in outputs {
         sums.push(format!("value:{o}"));
         sums.push(format!("value_sq:{o}"));
-        if mode == Mode::Reverse {
+        if mode.has_greeks() {
             sums.extend(inputs.iter().map(|i| format!("greek:{o}:{i}")));
         }
     }

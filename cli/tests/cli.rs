@@ -249,6 +249,57 @@ fn compile_writes_kernel_and_manifest_for_every_target() {
 }
 
 #[test]
+fn forward_mode_gives_the_reverse_greeks() {
+    let d = scratch("forward");
+    ok(&["record", "asian", "--steps", "12", "-o", "a.bin"], &d);
+    let run = |mode: &str| -> Value {
+        let args = [
+            "run", "a.bin", "--target", "cpu", "--mode", mode, "--paths", "4096", "--json",
+        ];
+        serde_json::from_str(&ok(&args, &d)).unwrap()
+    };
+    let (f, r) = (run("forward"), run("reverse"));
+    let (fo, ro) = (&f["outputs"]["price"], &r["outputs"]["price"]);
+    assert_eq!(fo["value"], ro["value"]);
+    let greeks = ro["greeks"].as_object().unwrap();
+    assert_eq!(greeks.len(), 5);
+    for (input, g) in greeks {
+        let (g, h) = (g.as_f64().unwrap(), fo["greeks"][input].as_f64().unwrap());
+        assert!(
+            (g - h).abs() <= 1e-12 * g.abs().max(1e-3),
+            "d/d{input}: forward {h} reverse {g}"
+        );
+    }
+    // A forward kernel has no reverse sweep to checkpoint.
+    let e = fails(
+        &[
+            "a.bin",
+            "--target",
+            "cuda",
+            "--mode",
+            "forward",
+            "--segments",
+            "4",
+            "-o",
+            "k.cu",
+        ],
+        &d,
+        1,
+    );
+    assert!(e.contains("--mode forward"), "{e}");
+    ok(
+        &[
+            "a.bin", "--target", "cuda", "--mode", "forward", "-o", "k.cu",
+        ],
+        &d,
+    );
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("k.cu.json")).unwrap()).unwrap();
+    assert_eq!(m["mode"], "forward");
+    assert_eq!(m["sums"].as_array().unwrap().len(), 7);
+}
+
+#[test]
 fn explain_reports_the_plan() {
     let d = scratch("explain");
     ok(&["record", "asian", "--steps", "252", "-o", "a.bin"], &d);

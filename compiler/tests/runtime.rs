@@ -334,23 +334,74 @@ fn f64_kernels_equal_the_definition() {
     let paths = 2000;
     for (target, backend) in backends() {
         for case in corpus() {
-            let Some(k) = kernel(
-                target,
-                &backend,
-                &case.tape,
-                Config::plain(Precision::F64, Mode::Reverse),
-            ) else {
-                continue;
-            };
             let market: Vec<f64> = case.tape.inputs.iter().map(|i| i.value).collect();
-            let r = run1(&backend, &k, &market, paths);
             let d = definition::run(&case.tape, &market, SEED, paths, Variates::F64);
-            check_against(
-                &format!("{} {} f64", backend_name(target), case.name),
-                &r,
-                &d,
-                1e-12,
-            );
+            for mode in [Mode::Reverse, Mode::Forward] {
+                let Some(k) = kernel(
+                    target,
+                    &backend,
+                    &case.tape,
+                    Config::plain(Precision::F64, mode),
+                ) else {
+                    continue;
+                };
+                let r = run1(&backend, &k, &market, paths);
+                check_against(
+                    &format!("{} {} f64 {}", backend_name(target), case.name, mode.name()),
+                    &r,
+                    &d,
+                    1e-12,
+                );
+            }
+        }
+    }
+}
+
+/// Forward mode's Greeks are reverse mode's on every corpus tape and backend: the same values bit
+/// for bit (one forward sweep either way), Greeks within 1e-12 (f64) or 1e-5 (f32) of each other,
+/// relative to the definition's mean absolute per-path derivative (the sums cancel).
+#[test]
+fn forward_equals_reverse_on_the_corpus() {
+    let paths = 4096;
+    for (target, backend) in backends() {
+        for case in corpus() {
+            let market: Vec<f64> = case.tape.inputs.iter().map(|i| i.value).collect();
+            let d = definition::run(&case.tape, &market, SEED, paths, Variates::F64);
+            for (precision, rel) in [(Precision::F64, 1e-12), (Precision::F32, 1e-5)] {
+                let k = |mode| kernel(target, &backend, &case.tape, Config::plain(precision, mode));
+                let (Some(fwd), Some(rev)) = (k(Mode::Forward), k(Mode::Reverse)) else {
+                    continue;
+                };
+                let (f, r) = (
+                    run1(&backend, &fwd, &market, paths),
+                    run1(&backend, &rev, &market, paths),
+                );
+                let what = format!(
+                    "{} {} {}",
+                    backend_name(target),
+                    case.name,
+                    precision.name()
+                );
+                for (o, (fo, ro)) in f.outputs.iter().zip(&r.outputs).enumerate() {
+                    assert_eq!(
+                        fo.value.to_bits(),
+                        ro.value.to_bits(),
+                        "{what} {}: value",
+                        fo.name
+                    );
+                    for (i, (fg, rg)) in fo.greeks.iter().zip(&ro.greeks).enumerate() {
+                        let scale = d.greeks[o][i].abs_mean.max(rg.1.abs()).max(1e-300);
+                        assert!(
+                            (fg.1 - rg.1).abs() <= rel * scale,
+                            "{what} {}: d/d{} forward {} reverse {}",
+                            fo.name,
+                            fg.0,
+                            fg.1,
+                            rg.1
+                        );
+                    }
+                }
+            }
         }
     }
 }

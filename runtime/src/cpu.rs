@@ -50,7 +50,7 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
     let n_inputs = manifest.inputs.len();
     let per_output = match manifest.mode {
         Mode::Price => 2,
-        Mode::Reverse => 2 + n_inputs,
+        Mode::Reverse | Mode::Forward => 2 + n_inputs,
     };
     let row = manifest.sums.len();
     if manifest.input_defaults.len() != n_inputs

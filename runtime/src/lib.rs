@@ -346,7 +346,7 @@ impl Backend {
                 greeks: c[2..].to_vec(),
             })
             .collect::<Vec<_>>();
-        let inputs: Vec<String> = if m.mode == Mode::Reverse {
+        let inputs: Vec<String> = if m.mode.has_greeks() {
             m.inputs.clone()
         } else {
             Vec::new()

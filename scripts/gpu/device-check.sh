@@ -83,7 +83,7 @@ if [ "${SKIP_E2E:-0}" != 1 ]; then
   mkdir -p "$g/k"
   [ -f "$g/k/asian252.bin" ] || "$g/bin/nablac" record asian --steps 252 -o "$g/k/asian252.bin" >/dev/null
   for b in cuda opencl vulkan; do
-    for mode in price reverse; do
+    for mode in price reverse forward; do
       for rep in 1 2; do
         "$g/bin/nablac" run "$g/k/asian252.bin" --target "$b" --mode "$mode" --paths "$e2e_paths" \
           --json >"$out/e2e-$b-$mode.json" 2>"$out/e2e-$b-$mode.err" || { cat "$out/e2e-$b-$mode.err"; break; }

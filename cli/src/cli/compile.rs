@@ -52,8 +52,9 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
     }
     c.mode = match o.mode {
         ModeArg::Price => Mode::Price,
-        // Forward (tangent) mode and the automatic choice between the two come later.
+        // The automatic choice between reverse and forward comes later.
         ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
+        ModeArg::Forward => Mode::Forward,
     };
     c.segments = SegmentOptions {
         strategy: o.checkpoint.map_or(c.segments.strategy, Into::into),

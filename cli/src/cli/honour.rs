@@ -98,7 +98,12 @@ pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<(
             bail!("{first} is not for the cpu target: {why}");
         }
     }
-    if o.mode == ModeArg::Price {
+    if matches!(o.mode, ModeArg::Price | ModeArg::Forward) {
+        let mode = if o.mode == ModeArg::Price {
+            "price"
+        } else {
+            "forward"
+        };
         let mut unused: Vec<String> = Vec::new();
         if let Some(c) = o.checkpoint.filter(|&c| c != CheckpointArg::Off) {
             unused.push(format!("--checkpoint {}", checkpoint_name(c)));
@@ -117,7 +122,7 @@ pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<(
         }
         if let Some(first) = unused.first() {
             bail!(
-                "{first} does nothing with --mode price: a price kernel has no reverse sweep to \
+                "{first} does nothing with --mode {mode}: a {mode} kernel has no reverse sweep to \
                  checkpoint"
             );
         }
@@ -165,6 +170,7 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
         let asked = match o.mode {
             ModeArg::Price => Mode::Price,
             ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
+            ModeArg::Forward => Mode::Forward,
         };
         if asked != m.mode {
             bail!(

@@ -266,6 +266,8 @@ pub enum ModeArg {
     Price,
     /// Value and every Greek, by the adjoint sweep.
     Reverse,
+    /// Value and every Greek, by tangents along the forward sweep (one direction per input).
+    Forward,
     /// The mode that fits the tape (today: reverse).
     Auto,
 }

@@ -26,9 +26,9 @@
 use super::abi::{entry_signature, libm, CALL_CONV};
 use super::{ClifError, Options};
 use crate::emit::manifest::Precision;
-use crate::ops::{Arg, Arith, Cmp, Cond, Expr, Fun, Step};
+use crate::ops::{self, Arg, Arith, Cmp, Cond, Expr, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Var};
+use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -252,7 +252,8 @@ fn cond(cx: &Ctx, b: &mut FunctionBuilder, c: &Cond, x: &[Option<Value>; 4]) -> 
 struct Values {
     /// `val[v]`: node v's value (`Var::Value`), once defined.
     val: Vec<Option<Value>>,
-    /// `adj[v * lanes + lane]`: node v's adjoint in `lane`; `None` is an adjoint still at +0.0.
+    /// `adj[v * lanes + lane]`: node v's adjoint in `lane` (`None` is an adjoint still at +0.0),
+    /// or in forward mode its tangent in direction `lane`.
     adj: Vec<Option<Value>>,
     lanes: usize,
 }
@@ -264,6 +265,8 @@ impl Values {
             Operand::Var(Var::Value(n)) => {
                 self.val[n.index()].expect("values are defined before they are read")
             }
+            Operand::Var(Var::Tangent(n, lane)) => self.adj[n.index() * self.lanes + lane]
+                .expect("tangents are defined before they are read"),
             Operand::Var(Var::Copy(_)) => unreachable!("the plain schedule has no opaque copies"),
         }
     }
@@ -356,6 +359,60 @@ fn step(
     }
 }
 
+/// A tangent definition's term for one adjoint step (`schedule::Tangent`): `(value, subtracted)`,
+/// or `None` when the step contributes nothing; a branching step is a `select`.
+fn tangent_term(
+    cx: &Ctx,
+    b: &mut FunctionBuilder,
+    vals: &Values,
+    t: &Tangent,
+    step: &Step,
+    x: &[Option<Value>; 4],
+) -> Option<(Value, bool)> {
+    let acc = |b: &mut FunctionBuilder, acc: &ops::Acc| {
+        let d = t.from[if acc.arg == Arg::A { 0 } else { 1 }]?;
+        let x = [x[0], x[1], x[2], Some(vals.operand(cx, d))];
+        Some((expr(cx, b, &acc.expr, &x), acc.sub))
+    };
+    match step {
+        Step::Acc(a) => acc(b, a),
+        Step::If(c, then, otherwise) => {
+            let flag = cond(cx, b, c, x);
+            let then = acc(b, then);
+            let other = otherwise.and_then(|s| tangent_term(cx, b, vals, t, s, x));
+            if then.is_none() && other.is_none() {
+                return None;
+            }
+            let arm = |b: &mut FunctionBuilder, term: Option<(Value, bool)>| match term {
+                None => cx.k.zero,
+                Some((v, true)) => b.ins().fneg(v),
+                Some((v, false)) => v,
+            };
+            let (t, o) = (arm(b, then), arm(b, other));
+            Some((b.ins().select(flag, t, o), false))
+        }
+    }
+}
+
+/// The value of a tangent definition: its terms summed in step order.
+fn tangent(cx: &Ctx, b: &mut FunctionBuilder, vals: &Values, t: &Tangent) -> Value {
+    let op = |x: Option<Operand>| x.map(|x| vals.operand(cx, x));
+    let x = [op(t.x[0]), op(t.x[1]), op(t.x[2]), None];
+    let mut sum: Option<Value> = None;
+    for step in t.rule.adjoint {
+        let Some((v, sub)) = tangent_term(cx, b, vals, t, step, &x) else {
+            continue;
+        };
+        sum = Some(match (sum, sub) {
+            (None, false) => v,
+            (None, true) => b.ins().fneg(v),
+            (Some(s), false) => b.ins().fadd(s, v),
+            (Some(s), true) => b.ins().fsub(s, v),
+        });
+    }
+    sum.unwrap_or(cx.k.zero)
+}
+
 /// Every literal the schedule reads (its rules' and its constant operands'), each once.
 fn literals(schedule: &Schedule) -> Vec<f64> {
     let mut out = Vec::new();
@@ -375,6 +432,7 @@ fn literals(schedule: &Schedule) -> Vec<f64> {
             ..
         } => args.iter().for_each(|&a| push(a)),
         Stmt::Adjoint(adj) => adj.x.iter().for_each(|&a| push(a)),
+        Stmt::Tangent(t) => t.x.iter().chain(&t.from).for_each(|&a| push(a)),
         Stmt::Leaves(leaves) => leaves.iter().for_each(|l| {
             if let Leaf::Value(x) = *l {
                 push(Some(x))
@@ -552,6 +610,10 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
                     let x = define(&cx, &mut b, &vals, def, &draws, &load);
                     vals.val[node.index()] = Some(x);
                 }
+            }
+            Stmt::Tangent(t) => {
+                let v = tangent(&cx, &mut b, &vals, t);
+                vals.adj[t.node.index() * vals.lanes + t.lane] = Some(v);
             }
             Stmt::Seed { node, lane } => {
                 vals.adj[node.index() * vals.lanes + lane] = Some(cx.k.one);

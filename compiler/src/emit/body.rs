@@ -12,7 +12,7 @@ use super::manifest::Precision;
 use super::ScratchLayout;
 use crate::ops::{Acc, Arg, Arith, Cond, Expr, Fun, Step};
 use crate::passes::OPAQUE_MATH;
-use crate::schedule::{self, Adjoint, Def, Key, Leaf, Operand, Schedule, Stmt, Var};
+use crate::schedule::{self, Adjoint, Def, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId, Tape};
 
 /// Everything the printer reads.
@@ -64,6 +64,8 @@ impl<'a> Body<'a> {
         match v {
             Var::Value(n) => format!("v{}", n.0),
             Var::Copy(n) => format!("r{}", n.0),
+            Var::Tangent(n, _) if self.schedule.lanes == 1 => format!("t{}", n.0),
+            Var::Tangent(n, l) => format!("t{}_{l}", n.0),
         }
     }
 
@@ -203,6 +205,61 @@ impl<'a> Body<'a> {
         }
     }
 
+    /// One adjoint step of a tangent definition as a term of its sum (`schedule::Tangent`):
+    /// `(text, precedence, subtracted)`, or `None` when it contributes nothing.
+    fn tangent_term(
+        &self,
+        step: &Step,
+        t: &Tangent,
+        x: &[String; 4],
+    ) -> Option<(String, u8, bool)> {
+        let acc = |acc: &Acc| {
+            let d = t.from[if acc.arg == Arg::A { 0 } else { 1 }]?;
+            let x = [x[0].clone(), x[1].clone(), x[2].clone(), self.operand(d)];
+            let (e, p) = self.expr(&acc.expr, &x);
+            Some((e, p, acc.sub))
+        };
+        match step {
+            Step::Acc(a) => acc(a),
+            Step::If(c, then, otherwise) => {
+                let then = acc(then);
+                let other = otherwise.and_then(|s| self.tangent_term(s, t, x));
+                if then.is_none() && other.is_none() {
+                    return None;
+                }
+                let arm = |term: Option<(String, u8, bool)>| match term {
+                    None => self.lit(0.0),
+                    Some((e, p, true)) => negate(&e, p),
+                    Some((e, 0, false)) => format!("({e})"),
+                    Some((e, _, false)) => e,
+                };
+                let c = self.cond(c, x);
+                Some((format!("({c}) ? {} : {}", arm(then), arm(other)), 0, false))
+            }
+        }
+    }
+
+    /// The right-hand side of a tangent definition: its terms summed in step order.
+    fn tangent(&self, t: &Tangent) -> String {
+        let op = |x: Option<Operand>| x.map(|x| self.operand(x)).unwrap_or_default();
+        let x = [op(t.x[0]), op(t.x[1]), op(t.x[2]), String::new()];
+        let mut sum: Option<String> = None;
+        for step in t.rule.adjoint {
+            let Some((e, p, sub)) = self.tangent_term(step, t, &x) else {
+                continue;
+            };
+            sum = Some(match sum {
+                None if sub => negate(&e, p),
+                None => e,
+                Some(acc) => {
+                    let rhs = if p <= 1 { format!("({e})") } else { e };
+                    format!("{acc} {} {rhs}", if sub { '-' } else { '+' })
+                }
+            });
+        }
+        sum.unwrap_or_else(|| self.lit(0.0))
+    }
+
     /// The scratch address of `slot` (C dialects).
     fn scratch_at(&self, slot: u32) -> String {
         let i64t = self.index64;
@@ -294,6 +351,11 @@ impl<'a> Body<'a> {
                     }
                 }
             }
+            Stmt::Tangent(t) => {
+                let name = self.var(Var::Tangent(t.node, t.lane));
+                let line = format!("{} {name} = {};", self.decl_type(), self.tangent(t));
+                out.line(self.note(line, t.node));
+            }
             Stmt::Block(b) => {
                 out.open(format!("{{ // {}", b.note));
                 self.stmts(out, &b.body);
@@ -348,5 +410,14 @@ impl<'a> Body<'a> {
             used.push(MathFn::Pow);
         }
         used
+    }
+}
+
+/// `-e` for a term of precedence `p` (parenthesized unless it is primary and not already negative).
+fn negate(e: &str, p: u8) -> String {
+    if p < 3 || e.starts_with('-') {
+        format!("-({e})")
+    } else {
+        format!("-{e}")
     }
 }

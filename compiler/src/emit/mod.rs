@@ -18,6 +18,10 @@
 //!   over the live active nodes with TAPE-FORMAT.md's adjoint rules; leaves `value`, `value²` and
 //!   each input's `d output / d input`. Several outputs share one reverse sweep carrying one
 //!   adjoint lane per output.
+//! - **forward** (`Mode::Forward`): the forward sweep, each active node's value followed by its
+//!   tangent `tN_i` in every direction i (one per input) where it is not structurally zero; an
+//!   input's own direction is the literal 1, a rule that passes a tangent on unchanged defines no
+//!   copy; leaves as reverse mode's, the Greeks being the outputs' tangents. Never checkpointed.
 //! - **checkpointed reverse, register recompute** (`Checkpoint::Registers`): persistent values are
 //!   declared at top level; the forward sweep is one `{ }` block per segment; the reverse sweep
 //!   runs the segments last first, each block re-keying the generator (`key ^ zero`) when the plan

@@ -79,6 +79,7 @@ pub(super) fn kind(body: &Body<'_>) -> String {
     let s = body.schedule;
     match (s.mode, s.strategy) {
         (Mode::Price, _) => "price kernel".into(),
+        (Mode::Forward, _) => format!("forward kernel, {} tangent directions", s.lanes),
         (Mode::Reverse, Checkpoint::Off) => "plain reverse kernel".into(),
         (Mode::Reverse, Checkpoint::Registers) => {
             format!(

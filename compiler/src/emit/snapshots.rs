@@ -63,6 +63,27 @@ fn cases(target: Target) -> Vec<Case> {
             },
         },
         Case {
+            name: "european_forward_f32",
+            tape: european(),
+            segments: 1,
+            strategy: Checkpoint::Off,
+            opts: EmitOptions {
+                mode: Mode::Forward,
+                ..base.clone()
+            },
+        },
+        Case {
+            name: "poly_forward_f64",
+            tape: poly(),
+            segments: 1,
+            strategy: Checkpoint::Off,
+            opts: EmitOptions {
+                mode: Mode::Forward,
+                precision: Precision::F64,
+                ..base.clone()
+            },
+        },
+        Case {
             name: "asian8_reverse_f32",
             tape: asian(8),
             segments: 1,

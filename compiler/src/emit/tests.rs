@@ -285,7 +285,7 @@ fn dump_for_compilers() {
     std::fs::create_dir_all(&dir).unwrap();
     for (name, tape, plan) in cases() {
         for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
-            for mode in [Mode::Price, Mode::Reverse] {
+            for mode in [Mode::Price, Mode::Reverse, Mode::Forward] {
                 for precision in [Precision::F32, Precision::F64] {
                     for layout in [ScratchLayout::Soa, ScratchLayout::Aos] {
                         let o = EmitOptions {
@@ -318,10 +318,7 @@ fn dump_for_compilers() {
 }
 
 fn mode_name(m: Mode) -> &'static str {
-    match m {
-        Mode::Price => "price",
-        Mode::Reverse => "reverse",
-    }
+    m.name()
 }
 
 /// A tape with no draws and no transcendentals (GLSL f64 can compile it), two outputs, a dead

@@ -9,7 +9,9 @@
 //!
 //! Steps: a definition reads the values its rule reads and defines its node's value; an opaque
 //! read reads the persistent value and defines the block's copy; an adjoint application reads
-//! what its steps read (`Adjoint::reads`); the leaves read the outputs. Declarations, seeds,
+//! what its steps read (`Adjoint::reads`); a tangent definition (forward mode) reads what its steps
+//! read and the arguments' tangents, and defines a tangent, which counts like a value; the leaves
+//! read the outputs (and in forward mode their tangents). Declarations, seeds,
 //! re-keys, notes and scratch spills (a store of the value just defined) are not steps. A value
 //! declared in a block dies at its end (a name read later refers to the enclosing definition
 //! again). With the scratch strategy a crossing value sits in its slot rather than a register,
@@ -24,6 +26,7 @@ use super::{Def, Operand, Schedule, ScheduleOptions, Stmt, Var};
 use crate::emit::manifest::Mode;
 use crate::plan::Plan;
 use crate::verify::Verified;
+use std::collections::HashMap;
 
 /// A run of the schedule: the lifetime of every value and the position of every step.
 struct Sim {
@@ -31,15 +34,8 @@ struct Sim {
     values: Vec<(usize, usize)>,
     /// The node position each step is attributed to.
     pos: Vec<u32>,
-    /// The value each name refers to now: `Var::Value(v)` at `2v`, `Var::Copy(v)` at `2v + 1`.
-    current: Vec<Option<usize>>,
-}
-
-fn slot(var: Var) -> usize {
-    match var {
-        Var::Value(v) => 2 * v.index(),
-        Var::Copy(v) => 2 * v.index() + 1,
-    }
+    /// The value each name refers to now.
+    current: HashMap<Var, usize>,
 }
 
 impl Sim {
@@ -50,26 +46,22 @@ impl Sim {
 
     fn read(&mut self, x: Option<Operand>, t: usize) {
         if let Some(Operand::Var(var)) = x {
-            if let Some(v) = self.current.get(slot(var)).copied().flatten() {
+            if let Some(&v) = self.current.get(&var) {
                 self.values[v].1 = self.values[v].1.max(t);
             }
         }
     }
 
     /// Defines `var` at step `t`; returns what the name referred to before.
-    fn define(&mut self, var: Var, t: usize) -> (usize, Option<usize>) {
+    fn define(&mut self, var: Var, t: usize) -> (Var, Option<usize>) {
         self.values.push((t, t));
-        let k = slot(var);
-        if self.current.len() <= k {
-            self.current.resize(k + 1, None);
-        }
-        let old = self.current[k].replace(self.values.len() - 1);
-        (k, old)
+        let old = self.current.insert(var, self.values.len() - 1);
+        (var, old)
     }
 
     /// Runs `stmts` as one scope; `first` is the position its opaque reads are attributed to.
     fn run(&mut self, stmts: &[Stmt], first: u32, last: u32) {
-        let mut restore: Vec<(usize, Option<usize>)> = Vec::new();
+        let mut restore: Vec<(Var, Option<usize>)> = Vec::new();
         for s in stmts {
             match s {
                 Stmt::Define { node, def, declare } => {
@@ -95,6 +87,13 @@ impl Sim {
                         self.read(Some(x), t);
                     }
                 }
+                Stmt::Tangent(tan) => {
+                    let t = self.step(tan.node.0);
+                    for x in tan.reads() {
+                        self.read(Some(x), t);
+                    }
+                    restore.push(self.define(Var::Tangent(tan.node, tan.lane), t));
+                }
                 Stmt::Leaves(leaves) => {
                     let t = self.step(last);
                     for leaf in leaves {
@@ -112,8 +111,11 @@ impl Sim {
                 | Stmt::Seed { .. } => {}
             }
         }
-        for (k, old) in restore.into_iter().rev() {
-            self.current[k] = old;
+        for (var, old) in restore.into_iter().rev() {
+            match old {
+                Some(v) => self.current.insert(var, v),
+                None => self.current.remove(&var),
+            };
         }
     }
 
@@ -142,7 +144,7 @@ fn simulate(schedule: &Schedule, nodes: usize) -> Sim {
     let mut sim = Sim {
         values: Vec::new(),
         pos: Vec::new(),
-        current: vec![None; 2 * nodes],
+        current: HashMap::new(),
     };
     let last = nodes.saturating_sub(1) as u32;
     sim.run(&schedule.body, 0, last);

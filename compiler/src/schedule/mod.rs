@@ -34,12 +34,14 @@ use std::ops::Range;
 pub type Lane = usize;
 
 /// A named forward value (module doc).
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Var {
     /// Node v's value: `vN`.
     Value(NodeId),
     /// The reverse block's opaque copy of persistent node v: `rN`.
     Copy(NodeId),
+    /// Node v's tangent in a forward-mode lane (a direction): `tN` (`tN_l` with several lanes).
+    Tangent(NodeId, Lane),
 }
 
 /// What a statement reads: a constant (as a literal at every use) or a named value.
@@ -101,10 +103,40 @@ impl Adjoint {
     }
 }
 
+/// One tangent definition of forward mode: node `node`'s tangent in lane `lane` is the sum of
+/// its rule's adjoint steps with `D` replaced by the tangent of the argument each step feeds
+/// (`crate::ops`: every step is linear in `D`), in step order; a step whose argument has no
+/// tangent in this lane (`from` is `None`) contributes nothing.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Tangent {
+    pub node: NodeId,
+    pub lane: Lane,
+    pub rule: &'static Rule,
+    /// The operands `A`, `B` and `C`, as for [`Adjoint::x`].
+    pub x: [Option<Operand>; 3],
+    /// The tangents of arguments A and B in this lane: a literal (an input's own direction is 1)
+    /// or a named tangent; `None` where it is structurally zero.
+    pub from: [Option<Operand>; 2],
+}
+
+impl Tangent {
+    /// Everything the definition reads: the operands its live steps read, and the tangents.
+    pub fn reads(&self) -> impl Iterator<Item = Operand> + '_ {
+        let (a, b, c) = self
+            .rule
+            .reads([self.from[0].is_some(), self.from[1].is_some()]);
+        [(a, self.x[0]), (b, self.x[1]), (c, self.x[2])]
+            .into_iter()
+            .filter_map(|(read, x)| x.filter(|_| read))
+            .chain(self.from.iter().flatten().copied())
+    }
+}
+
 /// One per-path leaf, in the manifest's sum order.
 #[derive(Copy, Clone, PartialEq, Debug)]
 pub enum Leaf {
-    /// An output's value, converted to f64.
+    /// A value converted to f64: an output's value, or in forward mode an output's tangent (a
+    /// Greek).
     Value(Operand),
     /// The square of leaf `sum` (in f64).
     Square(usize),
@@ -159,6 +191,8 @@ pub enum Stmt {
         lane: Lane,
     },
     Adjoint(Adjoint),
+    /// `Var::Tangent(node, lane) = ...` (forward mode), declared here.
+    Tangent(Tangent),
     Block(Block),
     /// The per-path leaves, in sum order.
     Leaves(Vec<Leaf>),
@@ -168,7 +202,8 @@ pub enum Stmt {
 #[derive(Clone, PartialEq, Debug)]
 pub struct Schedule {
     pub mode: Mode,
-    /// Adjoint lanes: one per output in reverse mode.
+    /// Lanes: one adjoint lane per output in reverse mode, one tangent direction per input in
+    /// forward mode (1 in price mode, which uses none).
     pub lanes: usize,
     /// Segments of the checkpointed reverse sweep; 1 for a plain or price kernel.
     pub segments: usize,
@@ -211,6 +246,39 @@ pub fn describe(tape: &Tape, v: NodeId) -> String {
         Node::Binary(_, a, b) => format!("{} {a} {b}", tape.node(v).op().name()),
     };
     format!("{v} = {rhs}")
+}
+
+/// The tangent a rule passes on unchanged when only the arguments with `from` tangents feed it:
+/// its only contributing step is `d(arg) += D` for an argument with a tangent, whose tangent it
+/// then is (so forward mode defines no copy for `add`, or `sub` with a constant subtrahend).
+fn passed_on(rule: &Rule, from: [Option<Operand>; 2]) -> Option<Operand> {
+    let mut only = None;
+    for step in rule.adjoint {
+        match step {
+            ops::Step::Acc(acc) => {
+                let Some(t) = from[if acc.arg == ops::Arg::A { 0 } else { 1 }] else {
+                    continue;
+                };
+                if only.is_some() || acc.sub || acc.expr != Expr::D {
+                    return None;
+                }
+                only = Some(t);
+            }
+            // A branching step depends on the values, not only on the tangents.
+            ops::Step::If(..) => return None,
+        }
+    }
+    only
+}
+
+/// The lanes of a kernel in `mode`: an adjoint lane per output (reverse), a tangent direction
+/// per input (forward), one otherwise.
+fn lanes(tape: &Tape, mode: Mode) -> usize {
+    match mode {
+        Mode::Reverse => tape.outputs.len(),
+        Mode::Forward => tape.inputs.len().max(1),
+        Mode::Price => 1,
+    }
 }
 
 /// The facts the builder reads, gathered once.
@@ -365,6 +433,78 @@ impl Builder<'_> {
         out
     }
 
+    /// Forward mode: one sweep defining each value and, right after it, its tangent in every
+    /// direction where it is not structurally zero (an input's own direction seeds 1, a literal);
+    /// the leaves take each output's tangents as its Greeks.
+    fn forward(&self) -> Vec<Stmt> {
+        let n_in = self.tape.inputs.len();
+        let mut tangent: Vec<Vec<Option<Operand>>> = vec![Vec::new(); self.tape.len()];
+        let mut out = vec![Stmt::Note(format!(
+            "forward sweep with {n_in} tangent directions, one per input"
+        ))];
+        for v in self.tape.ids() {
+            if !self.live(v) || self.is_const(v) {
+                continue;
+            }
+            out.push(self.define(v, &Var::Value, Key::Kernel, true));
+            if !self.active(v) {
+                continue;
+            }
+            let node = *self.tape.node(v);
+            let mut t = vec![None; n_in];
+            if let Node::Input(i) = node {
+                t[i as usize] = Some(Operand::Lit(1.0));
+            } else if let Some(rule) = ops::rule(node.op()) {
+                let args: Vec<NodeId> = node.args().collect();
+                let x = [
+                    args.first().map(|&a| self.operand(a, &Var::Value)),
+                    args.get(1).map(|&a| self.operand(a, &Var::Value)),
+                    Some(Operand::Var(Var::Value(v))),
+                ];
+                for (lane, slot) in t.iter_mut().enumerate() {
+                    let from = [0, 1].map(|k| {
+                        args.get(k)
+                            .and_then(|a| tangent[a.index()].get(lane).copied().flatten())
+                    });
+                    if from == [None, None] {
+                        continue;
+                    }
+                    // A rule that passes one argument's tangent on unchanged (add, sub's first
+                    // argument, ...) names it again rather than copying it.
+                    if let Some(same) = passed_on(rule, from) {
+                        *slot = Some(same);
+                    } else {
+                        out.push(Stmt::Tangent(Tangent {
+                            node: v,
+                            lane,
+                            rule,
+                            x,
+                            from,
+                        }));
+                        *slot = Some(Operand::Var(Var::Tangent(v, lane)));
+                    }
+                }
+            }
+            tangent[v.index()] = t;
+        }
+        out.push(Stmt::Note("leaves".into()));
+        let mut leaves = Vec::new();
+        for (o, output) in self.tape.outputs.iter().enumerate() {
+            let value = leaves.len();
+            leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
+            leaves.push(Leaf::Square(value));
+            for (i, &input) in self.input_nodes.iter().enumerate() {
+                let t = tangent[output.node.index()].get(i).copied().flatten();
+                leaves.push(match t {
+                    Some(t) if self.in_lane(input, o) => Leaf::Value(t),
+                    _ => Leaf::Zero,
+                });
+            }
+        }
+        out.push(Stmt::Leaves(leaves));
+        out
+    }
+
     fn checkpointed(&self, plan: &Plan) -> Vec<Stmt> {
         let sp = &plan.segments;
         let is_persistent = sp.persistent_mask(self.tape.len());
@@ -483,13 +623,13 @@ impl Schedule {
             cones: &v.info().cones,
             input_nodes: &v.info().input_nodes,
             mode: opts.mode,
-            lanes: v.tape().outputs.len(),
+            lanes: lanes(v.tape(), opts.mode),
         };
         let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
-        let body = if checkpointed {
-            b.checkpointed(plan)
-        } else {
-            b.plain()
+        let body = match opts.mode {
+            Mode::Forward => b.forward(),
+            _ if checkpointed => b.checkpointed(plan),
+            _ => b.plain(),
         };
         let scratch = checkpointed && plan.segments.strategy == Checkpoint::Scratch;
         Schedule {
@@ -515,7 +655,8 @@ impl Schedule {
         }
     }
 
-    /// The plain schedule (one segment) of verified tape `v`: what the CPU code runs.
+    /// The plain schedule (one segment) of verified tape `v`: what the CPU code runs (forward mode:
+    /// the forward schedule).
     pub fn plain(v: &Verified, opts: ScheduleOptions) -> Schedule {
         let info = v.info();
         let b = Builder {
@@ -525,7 +666,7 @@ impl Schedule {
             cones: &info.cones,
             input_nodes: &info.input_nodes,
             mode: opts.mode,
-            lanes: v.tape().outputs.len(),
+            lanes: lanes(v.tape(), opts.mode),
         };
         Schedule {
             mode: opts.mode,
@@ -534,7 +675,11 @@ impl Schedule {
             strategy: Checkpoint::Off,
             scratch_slots: 0,
             opaque_math: opts.opaque_math,
-            body: b.plain(),
+            body: if opts.mode == Mode::Forward {
+                b.forward()
+            } else {
+                b.plain()
+            },
         }
     }
 
