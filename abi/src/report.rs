@@ -77,17 +77,26 @@ impl Block {
 
 /// The fixed-order sum of `leaves` (leaf p at index p): `S(0, leaves.len().next_power_of_two())`, 0 if empty.
 pub fn tree_sum(leaves: &[f64]) -> f64 {
+    tree_sum_in_place(&mut leaves.to_vec())
+}
+
+/// [`tree_sum`] of `leaves`, using them as its work space (no allocation beyond one padding
+/// slot): the same additions in the same order.
+pub fn tree_sum_in_place(leaves: &mut Vec<f64>) -> f64 {
     if leaves.is_empty() {
         return 0.0;
     }
-    let mut level = leaves.to_vec();
-    while level.len() > 1 {
-        if level.len() % 2 == 1 {
-            level.push(0.0); // an all-zero block sums to +0.0
+    while leaves.len() > 1 {
+        if leaves.len() % 2 == 1 {
+            leaves.push(0.0); // an all-zero block sums to +0.0
         }
-        level = level.chunks_exact(2).map(|p| p[0] + p[1]).collect();
+        let half = leaves.len() / 2;
+        for i in 0..half {
+            leaves[i] = leaves[2 * i] + leaves[2 * i + 1];
+        }
+        leaves.truncate(half);
     }
-    level[0]
+    leaves[0]
 }
 
 /// Some aligned blocks of the summation tree of a run of `paths` paths, in canonical form.
@@ -120,6 +129,15 @@ impl PartialSums {
         log2_len: u32,
         sums: &[f64],
     ) -> Result<PartialSums, ReportError> {
+        Self::from_tiling_in_place(paths, log2_len, &mut sums.to_vec())
+    }
+
+    /// [`PartialSums::from_tiling`], using `sums` as its work space.
+    pub fn from_tiling_in_place(
+        paths: u64,
+        log2_len: u32,
+        sums: &mut Vec<f64>,
+    ) -> Result<PartialSums, ReportError> {
         let mut out = PartialSums::empty(paths)?;
         let len = 1u64.checked_shl(log2_len).unwrap_or(0);
         let root = paths.next_power_of_two();
@@ -135,7 +153,7 @@ impl PartialSums {
             });
         }
         let whole = root.trailing_zeros();
-        out.blocks.insert(0, (whole, tree_sum(sums)));
+        out.blocks.insert(0, (whole, tree_sum_in_place(sums)));
         Ok(out)
     }
 

@@ -326,18 +326,48 @@ pub fn assemble(
             .last()
             .is_some_and(|(d, _)| d.base + d.groups as u64 * wg >= paths);
     if whole {
+        // One pass over the partials into a column per sum, then the columns' trees in parallel
+        // (each column's additions are its own, in tree order: threads change no bit).
         let groups = paths.div_ceil(wg) as usize; // the groups that start below `paths`
-        let mut column = Vec::with_capacity(groups);
-        return (0..n_sums)
-            .map(|s| {
-                column.clear();
-                for (_, partials) in parts {
-                    column.extend(partials.iter().skip(s).step_by(n_sums));
+        let mut columns: Vec<Vec<f64>> = vec![Vec::with_capacity(groups + 1); n_sums];
+        'gather: for (_, partials) in parts {
+            for row in partials.chunks_exact(n_sums) {
+                if columns[0].len() == groups {
+                    break 'gather;
                 }
-                column.truncate(groups);
-                PartialSums::from_tiling(paths, log2, &column).map_err(GpuError::from)
-            })
-            .collect();
+                for (c, &x) in columns.iter_mut().zip(row) {
+                    c.push(x);
+                }
+            }
+        }
+        let threads = if groups >= 1 << 14 {
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(n_sums)
+        } else {
+            1
+        };
+        let per = n_sums.div_ceil(threads.max(1)).max(1);
+        return std::thread::scope(|scope| {
+            let handles: Vec<_> = columns
+                .chunks_mut(per)
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter_mut()
+                            .map(|c| PartialSums::from_tiling_in_place(paths, log2, c))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(n_sums);
+            for h in handles {
+                for r in h.join().expect("a column's sum does not panic") {
+                    out.push(r?);
+                }
+            }
+            Ok(out)
+        });
     }
     let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
     for (d, partials) in parts {
@@ -550,6 +580,50 @@ mod tests {
             draws: 0,
             tape_hash: String::new(),
             compile_options: vec![],
+        }
+    }
+
+    #[test]
+    fn a_whole_run_assembles_as_its_blocks_merge() {
+        // 20,000 groups (the parallel path) in three dispatches; the same blocks merged one by
+        // one give the same bits.
+        let m = manifest(crate::manifest::Target::Cuda, false);
+        let (wg, n_sums) = (m.workgroup_size as u64, m.sums.len());
+        let paths = 20_000 * wg - 77;
+        let mut parts = Vec::new();
+        let mut base = 0;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for groups in [7_000u32, 9_000, 4_000] {
+            let partials: Vec<f64> = (0..groups as usize * n_sums)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (x >> 11) as f64 / (1u64 << 40) as f64 - 2048.0
+                })
+                .collect();
+            parts.push((Dispatch { base, groups }, partials));
+            base += groups as u64 * wg;
+        }
+        let fast = assemble(&m, paths, &parts).unwrap();
+        for (s, sums) in fast.iter().enumerate() {
+            let blocks: Vec<Block> = parts
+                .iter()
+                .flat_map(|(d, p)| {
+                    (0..d.groups as usize).map(move |g| Block {
+                        start: d.base + g as u64 * wg,
+                        log2_len: wg.trailing_zeros(),
+                        sum: p[g * n_sums + s],
+                    })
+                })
+                .rev()
+                .collect();
+            let slow = PartialSums::from_blocks(paths, &blocks).unwrap();
+            assert_eq!(
+                sums.total().unwrap().to_bits(),
+                slow.total().unwrap().to_bits(),
+                "sum {s}"
+            );
         }
     }
 
