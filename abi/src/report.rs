@@ -80,6 +80,30 @@ pub fn tree_sum(leaves: &[f64]) -> f64 {
     tree_sum_in_place(&mut leaves.to_vec())
 }
 
+/// [`tree_sum`] of every column of `rows`, a row-major table `width` values wide (a GPU's group
+/// partials: row g holds group g's sums), computed in place on whole rows: column c's result has
+/// the bits of `tree_sum` of column c (the same additions in the same order; an odd level gets a
+/// zero row, as `tree_sum` a zero leaf). Contiguous and allocation-free but for one padding row.
+pub fn tree_sum_rows(rows: &mut Vec<f64>, width: usize) -> Vec<f64> {
+    if width == 0 || rows.len() < width {
+        return vec![0.0; width];
+    }
+    rows.truncate(rows.len() / width * width);
+    while rows.len() > width {
+        if (rows.len() / width) % 2 == 1 {
+            rows.extend(std::iter::repeat_n(0.0, width));
+        }
+        let half = rows.len() / width / 2;
+        for i in 0..half {
+            for c in 0..width {
+                rows[i * width + c] = rows[2 * i * width + c] + rows[(2 * i + 1) * width + c];
+            }
+        }
+        rows.truncate(half * width);
+    }
+    rows.clone()
+}
+
 /// [`tree_sum`] of `leaves`, using them as its work space (no allocation beyond one padding
 /// slot): the same additions in the same order.
 pub fn tree_sum_in_place(leaves: &mut Vec<f64>) -> f64 {
@@ -129,31 +153,33 @@ impl PartialSums {
         log2_len: u32,
         sums: &[f64],
     ) -> Result<PartialSums, ReportError> {
-        Self::from_tiling_in_place(paths, log2_len, &mut sums.to_vec())
+        Self::from_tiling_sum(paths, log2_len, sums.len() as u64, tree_sum(sums))
     }
 
-    /// [`PartialSums::from_tiling`], using `sums` as its work space.
-    pub fn from_tiling_in_place(
+    /// The whole run's sums from the tree sum `total` of `blocks` equal aligned blocks of
+    /// `2^log2_len` paths that tile it from path 0 (what `from_tiling` checks and builds, for a
+    /// caller that summed the blocks itself, e.g. with [`tree_sum_rows`]).
+    pub fn from_tiling_sum(
         paths: u64,
         log2_len: u32,
-        sums: &mut Vec<f64>,
+        blocks: u64,
+        total: f64,
     ) -> Result<PartialSums, ReportError> {
         let mut out = PartialSums::empty(paths)?;
         let len = 1u64.checked_shl(log2_len).unwrap_or(0);
         let root = paths.next_power_of_two();
         if len == 0
             || len > root
-            || (sums.len() as u64)
+            || blocks
                 .checked_mul(len)
                 .is_none_or(|end| end < paths || end - len >= paths)
         {
             return Err(ReportError::Incomplete {
-                covered: (sums.len() as u64).saturating_mul(len).min(paths),
+                covered: blocks.saturating_mul(len).min(paths),
                 paths,
             });
         }
-        let whole = root.trailing_zeros();
-        out.blocks.insert(0, (whole, tree_sum_in_place(sums)));
+        out.blocks.insert(0, (root.trailing_zeros(), total));
         Ok(out)
     }
 
@@ -790,6 +816,13 @@ mod tests {
             let slow = PartialSums::from_blocks(paths, &reversed).unwrap();
             let bits = |p: &PartialSums| p.blocks().iter().map(|b| (b.start, b.log2_len, b.sum.to_bits())).collect::<Vec<_>>();
             prop_assert_eq!(bits(&fast), bits(&slow));
+            let width = 3;
+            let mut rows: Vec<f64> = sums.iter().flat_map(|&x| [x, -x * 0.5, x * x]).collect();
+            let cols = tree_sum_rows(&mut rows, width);
+            for (c, got) in cols.iter().enumerate() {
+                let col: Vec<f64> = sums.iter().map(|&x| [x, -x * 0.5, x * x][c]).collect();
+                prop_assert_eq!(got.to_bits(), tree_sum(&col).to_bits());
+            }
             if first == 0 {
                 let leaves: Vec<f64> = sums.clone();
                 prop_assert_eq!(fast.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());

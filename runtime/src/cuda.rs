@@ -333,7 +333,7 @@ impl Device {
                 }
             }
         }
-        k.clock.assemble(|| gpu::assemble(m, paths, &parts))
+        k.clock.assemble(|| gpu::assemble(m, paths, parts))
     }
 
     fn launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(

@@ -8,7 +8,7 @@
 //! `PartialSums::from_blocks`, the single-run bits whatever the chunking.
 
 use crate::manifest::{Manifest, Precision};
-use crate::report::{Block, PartialSums, ReportError};
+use crate::report::{tree_sum_rows, Block, PartialSums, ReportError};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -300,14 +300,14 @@ pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuEr
 pub fn assemble(
     manifest: &Manifest,
     paths: u64,
-    parts: &[(Dispatch, Vec<f64>)],
+    parts: Vec<(Dispatch, Vec<f64>)>,
 ) -> Result<Vec<PartialSums>, GpuError> {
     let n_sums = manifest.sums.len();
     let wg = manifest.workgroup_size as u64;
     let log2 = wg
         .trailing_zeros()
         .min(paths.next_power_of_two().trailing_zeros());
-    for (d, partials) in parts {
+    for (d, partials) in &parts {
         if partials.len() != d.groups as usize * n_sums {
             return Err(GpuError::Launch(format!(
                 "{} partials for {} groups of {n_sums} sums",
@@ -326,51 +326,25 @@ pub fn assemble(
             .last()
             .is_some_and(|(d, _)| d.base + d.groups as u64 * wg >= paths);
     if whole {
-        // One pass over the partials into a column per sum, then the columns' trees in parallel
-        // (each column's additions are its own, in tree order: threads change no bit).
-        let groups = paths.div_ceil(wg) as usize; // the groups that start below `paths`
-        let mut columns: Vec<Vec<f64>> = vec![Vec::with_capacity(groups + 1); n_sums];
-        'gather: for (_, partials) in parts {
-            for row in partials.chunks_exact(n_sums) {
-                if columns[0].len() == groups {
-                    break 'gather;
-                }
-                for (c, &x) in columns.iter_mut().zip(row) {
-                    c.push(x);
-                }
-            }
+        // The partials as one row-major table (row g = group g's sums), summed in place level by
+        // level on whole rows: contiguous, no transposition, no allocation in the common case of
+        // one dispatch; column s is tree_sum of sum s's group partials.
+        let groups = paths.div_ceil(wg); // the groups that start below `paths`
+        let mut parts = parts.into_iter();
+        let mut rows = parts.next().map(|(_, p)| p).unwrap_or_default();
+        for (_, p) in parts {
+            rows.extend(p);
         }
-        let threads = if groups >= 1 << 14 {
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(n_sums)
-        } else {
-            1
-        };
-        let per = n_sums.div_ceil(threads.max(1)).max(1);
-        return std::thread::scope(|scope| {
-            let handles: Vec<_> = columns
-                .chunks_mut(per)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        chunk
-                            .iter_mut()
-                            .map(|c| PartialSums::from_tiling_in_place(paths, log2, c))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let mut out = Vec::with_capacity(n_sums);
-            for h in handles {
-                for r in h.join().expect("a column's sum does not panic") {
-                    out.push(r?);
-                }
-            }
-            Ok(out)
-        });
+        rows.truncate(groups as usize * n_sums);
+        return tree_sum_rows(&mut rows, n_sums)
+            .into_iter()
+            .map(|total| {
+                PartialSums::from_tiling_sum(paths, log2, groups, total).map_err(GpuError::from)
+            })
+            .collect();
     }
     let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
-    for (d, partials) in parts {
+    for (d, partials) in &parts {
         for g in 0..d.groups as usize {
             let start = d.base + g as u64 * wg;
             if start >= paths {
@@ -605,7 +579,7 @@ mod tests {
             parts.push((Dispatch { base, groups }, partials));
             base += groups as u64 * wg;
         }
-        let fast = assemble(&m, paths, &parts).unwrap();
+        let fast = assemble(&m, paths, parts.clone()).unwrap();
         for (s, sums) in fast.iter().enumerate() {
             let blocks: Vec<Block> = parts
                 .iter()

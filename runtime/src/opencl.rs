@@ -350,7 +350,7 @@ impl Device {
                 }
             }
         }
-        k.clock.assemble(|| gpu::assemble(m, paths, &parts))
+        k.clock.assemble(|| gpu::assemble(m, paths, parts))
     }
 
     fn zeros<T: Copy + Default>(

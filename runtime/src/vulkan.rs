@@ -430,7 +430,7 @@ impl Device {
         for d in gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)? {
             parts.push((d, self.dispatch(k, &bytes, d, paths, seed, RUN_TIMEOUT)?));
         }
-        k.clock.assemble(|| gpu::assemble(m, paths, &parts))
+        k.clock.assemble(|| gpu::assemble(m, paths, parts))
     }
 
     fn buffer(&self, size: u64) -> Result<Buffer, GpuError> {
