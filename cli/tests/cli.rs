@@ -270,6 +270,39 @@ fn forward_mode_gives_the_reverse_greeks() {
             "d/d{input}: forward {h} reverse {g}"
         );
     }
+    // Colouring: the corpus portfolio (3 calls on separate spots, one shared rate) needs 2
+    // directions, and explain --mode forward says which inputs share one.
+    let portfolio = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/in/portfolio.ntape");
+    let text = ok(&["explain", portfolio, "--mode", "forward"], &d);
+    assert!(text.contains("2 tangent directions for 4 inputs"), "{text}");
+    assert!(
+        text.contains("direction 0: spot0 spot1 spot2") && text.contains("direction 1: rate"),
+        "{text}"
+    );
+    let j: Value = serde_json::from_str(&ok(
+        &["explain", portfolio, "--mode", "forward", "--json"],
+        &d,
+    ))
+    .unwrap();
+    assert_eq!(j["directions"], 2);
+    assert_eq!(j["colouring"]["rate"], 1);
+    let e = fails(
+        &["explain", portfolio, "--mode", "forward", "--segments", "2"],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("--segments does nothing with --mode forward"),
+        "{e}"
+    );
+    ok(
+        &[
+            portfolio, "--target", "cuda", "--mode", "forward", "-o", "p.cu",
+        ],
+        &d,
+    );
+    let src = std::fs::read_to_string(d.join("p.cu")).unwrap();
+    assert!(src.contains("forward kernel, 2 tangent directions"));
     // A forward kernel has no reverse sweep to checkpoint.
     let e = fails(
         &[

@@ -84,7 +84,16 @@ mod tests {
         let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            ["asian8", "barrier", "basket3", "digital", "european", "format2", "random"]
+            [
+                "asian8",
+                "barrier",
+                "basket3",
+                "digital",
+                "european",
+                "format2",
+                "portfolio",
+                "random"
+            ]
         );
         let asian = &cases[0];
         assert_eq!(asian.options.segments, [1, 2]);

@@ -22,8 +22,12 @@ pub struct ExplainArgs {
     /// Nodes per segment when --segments does not say (both strategies) [default: 100].
     #[arg(long, value_name = "N")]
     seg_len: Option<u32>,
+    /// What to explain: the reverse kernel's checkpoint plan, or forward mode's tangent directions
+    /// (how many, and which inputs share each).
+    #[arg(long, value_enum, default_value = "reverse")]
+    mode: ExplainMode,
     /// Print JSON: nodes, active, segments, cuts, crossing, persistent, max_live_plain,
-    /// max_live_checkpointed.
+    /// max_live_checkpointed (with --mode forward: inputs, directions, colouring {input: direction}).
     #[arg(long)]
     json: bool,
     /// Write an SVG of the values alive along the tape, plain and checkpointed, to FILE.svg
@@ -32,7 +36,40 @@ pub struct ExplainArgs {
     plot: Option<PathBuf>,
 }
 
+/// What `explain` reports.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum ExplainMode {
+    Reverse,
+    Forward,
+}
+
 pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
+    if args.mode == ExplainMode::Forward {
+        for (id, flag) in [
+            ("segments", "--segments"),
+            ("checkpoint", "--checkpoint"),
+            ("ckpt_nodes", "--ckpt-nodes"),
+            ("seg_len", "--seg-len"),
+            ("plot", "--plot"),
+        ] {
+            if given.has(id) {
+                bail!(
+                    "{flag} does nothing with --mode forward: a forward kernel has no checkpoint \
+                     plan (its report is the tangent directions)"
+                );
+            }
+        }
+        let tape = super::load_tape(&args.tape.tape)?;
+        let text = if args.json {
+            serde_json::to_string_pretty(&nablac::passes::explain_forward(&tape))?
+        } else {
+            nablac::passes::explain_forward_text(&tape)
+                .trim_end()
+                .to_string()
+        };
+        super::print_report(&text, false);
+        return Ok(());
+    }
     if let Some(p) = &args.plot {
         let svg = p
             .extension()

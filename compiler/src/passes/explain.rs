@@ -48,6 +48,64 @@ pub fn explain(tape: &Verified, plan: &Plan) -> Explain {
     }
 }
 
+/// Forward mode's directions (`nablac explain --mode forward`): how many tangent directions the
+/// kernel carries and each input's (`colouring`: inputs that meet in no output share one;
+/// an input no output depends on has none).
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
+pub struct ForwardExplain {
+    pub inputs: u32,
+    pub directions: u32,
+    /// Input name -> its direction (absent: no output depends on it).
+    pub colouring: std::collections::BTreeMap<String, u32>,
+}
+
+/// The forward-mode summary of `tape`.
+pub fn explain_forward(tape: &Verified) -> ForwardExplain {
+    let c = super::colour_inputs(tape);
+    ForwardExplain {
+        inputs: tape.inputs.len() as u32,
+        directions: c.colours,
+        colouring: tape
+            .inputs
+            .iter()
+            .zip(&c.colour)
+            .filter_map(|(i, c)| c.map(|c| (i.name.clone(), c)))
+            .collect(),
+    }
+}
+
+/// The forward-mode summary as text: the count, then the inputs of each direction.
+pub fn explain_forward_text(tape: &Verified) -> String {
+    let e = explain_forward(tape);
+    let mut s = format!(
+        "forward mode: {} tangent directions for {} inputs\n",
+        e.directions, e.inputs
+    );
+    for d in 0..e.directions {
+        let names: Vec<&str> = e
+            .colouring
+            .iter()
+            .filter(|(_, &c)| c == d)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let _ = writeln!(s, "  direction {d}: {}", names.join(" "));
+    }
+    let none: Vec<&str> = tape
+        .inputs
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|n| !e.colouring.contains_key(*n))
+        .collect();
+    if !none.is_empty() {
+        let _ = writeln!(
+            s,
+            "  no direction (no output depends on them): {}",
+            none.join(" ")
+        );
+    }
+    s
+}
+
 fn strategy_name(c: Checkpoint) -> &'static str {
     match c {
         Checkpoint::Off => "off",

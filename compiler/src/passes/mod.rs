@@ -1,4 +1,5 @@
-//! The middle-end passes: activity, liveness, segmentation (the checkpoint plan) and opacity, the
+//! The middle-end passes: activity, liveness, segmentation (the checkpoint plan), opacity and
+//! forward mode's colouring of inputs into directions, the
 //! pipeline that runs them (`plan`), the invariants of its result (`check_plan`), the max_live
 //! measure and the `nablac explain` report.
 //!
@@ -7,6 +8,7 @@
 //! backwards and every index is in range.
 
 mod activity;
+mod colouring;
 mod explain;
 mod liveness;
 mod opacity;
@@ -25,7 +27,11 @@ pub use crate::schedule::maxlive::{
     alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
 };
 pub use activity::activity;
-pub use explain::{explain, explain_svg, explain_text, plan_listing, Explain};
+pub use colouring::{colour_inputs, Colouring};
+pub use explain::{
+    explain, explain_forward, explain_forward_text, explain_svg, explain_text, plan_listing,
+    Explain, ForwardExplain,
+};
 pub use liveness::liveness;
 pub use opacity::{adjoint_reads, opacity, opaque_math_arguments, OPAQUE_MATH};
 pub use pipeline::{check_plan, plan, PlanError};

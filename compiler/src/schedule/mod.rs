@@ -25,6 +25,7 @@ pub mod maxlive;
 
 use crate::emit::manifest::Mode;
 use crate::ops::{self, Expr, Fun, Rule};
+use crate::passes::{colour_inputs, Colouring};
 use crate::plan::{Checkpoint, Plan};
 use crate::tape::{DrawKind, Node, NodeId, Tape};
 use crate::verify::Verified;
@@ -202,8 +203,8 @@ pub enum Stmt {
 #[derive(Clone, PartialEq, Debug)]
 pub struct Schedule {
     pub mode: Mode,
-    /// Lanes: one adjoint lane per output in reverse mode, one tangent direction per input in
-    /// forward mode (1 in price mode, which uses none).
+    /// Lanes: one adjoint lane per output in reverse mode, one tangent direction per colour of
+    /// inputs in forward mode (`passes::colour_inputs`; 1 in price mode, which uses none).
     pub lanes: usize,
     /// Segments of the checkpointed reverse sweep; 1 for a plain or price kernel.
     pub segments: usize,
@@ -272,11 +273,11 @@ fn passed_on(rule: &Rule, from: [Option<Operand>; 2]) -> Option<Operand> {
 }
 
 /// The lanes of a kernel in `mode`: an adjoint lane per output (reverse), a tangent direction
-/// per input (forward), one otherwise.
-fn lanes(tape: &Tape, mode: Mode) -> usize {
+/// per colour of inputs (forward, `colouring`), one otherwise.
+fn lanes(tape: &Tape, mode: Mode, colouring: &Colouring) -> usize {
     match mode {
         Mode::Reverse => tape.outputs.len(),
-        Mode::Forward => tape.inputs.len().max(1),
+        Mode::Forward => (colouring.colours as usize).max(1),
         Mode::Price => 1,
     }
 }
@@ -434,14 +435,21 @@ impl Builder<'_> {
     }
 
     /// Forward mode: one sweep defining each value and, right after it, its tangent in every
-    /// direction where it is not structurally zero (an input's own direction seeds 1, a literal);
-    /// the leaves take each output's tangents as its Greeks.
-    fn forward(&self) -> Vec<Stmt> {
+    /// direction where it is not structurally zero (an input seeds 1, a literal, in its colour's
+    /// direction); the leaves take each output's tangent in input i's direction as its Greek
+    /// with respect to i (colouring guarantees no other input of that direction reaches it).
+    fn forward(&self, colouring: &Colouring) -> Vec<Stmt> {
         let n_in = self.tape.inputs.len();
+        let directions = self.lanes;
         let mut tangent: Vec<Vec<Option<Operand>>> = vec![Vec::new(); self.tape.len()];
-        let mut out = vec![Stmt::Note(format!(
-            "forward sweep with {n_in} tangent directions, one per input"
-        ))];
+        let mut out = vec![Stmt::Note(if directions == n_in {
+            format!("forward sweep with {directions} tangent directions, one per input")
+        } else {
+            format!(
+                "forward sweep with {directions} tangent directions for {n_in} inputs \
+                 (inputs that meet in no output share one)"
+            )
+        })];
         for v in self.tape.ids() {
             if !self.live(v) || self.is_const(v) {
                 continue;
@@ -451,9 +459,11 @@ impl Builder<'_> {
                 continue;
             }
             let node = *self.tape.node(v);
-            let mut t = vec![None; n_in];
+            let mut t = vec![None; directions];
             if let Node::Input(i) = node {
-                t[i as usize] = Some(Operand::Lit(1.0));
+                if let Some(c) = colouring.colour[i as usize] {
+                    t[c as usize] = Some(Operand::Lit(1.0));
+                }
             } else if let Some(rule) = ops::rule(node.op()) {
                 let args: Vec<NodeId> = node.args().collect();
                 let x = [
@@ -494,7 +504,14 @@ impl Builder<'_> {
             leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
             leaves.push(Leaf::Square(value));
             for (i, &input) in self.input_nodes.iter().enumerate() {
-                let t = tangent[output.node.index()].get(i).copied().flatten();
+                // The output's tangent in input i's direction is d output / d input i: no
+                // other input of that colour reaches this output.
+                let t = colouring.colour[i].and_then(|c| {
+                    tangent[output.node.index()]
+                        .get(c as usize)
+                        .copied()
+                        .flatten()
+                });
                 leaves.push(match t {
                     Some(t) if self.in_lane(input, o) => Leaf::Value(t),
                     _ => Leaf::Zero,
@@ -616,6 +633,7 @@ impl Schedule {
     /// same tape, its shape checked by the caller) in `opts.mode`: checkpointed when the plan has
     /// several segments and the mode is reverse, else plain.
     pub fn build(v: &Verified, plan: &Plan, opts: ScheduleOptions) -> Schedule {
+        let colouring = colour_inputs(v);
         let b = Builder {
             tape: v.tape(),
             live: &plan.activity.live,
@@ -623,11 +641,11 @@ impl Schedule {
             cones: &v.info().cones,
             input_nodes: &v.info().input_nodes,
             mode: opts.mode,
-            lanes: lanes(v.tape(), opts.mode),
+            lanes: lanes(v.tape(), opts.mode, &colouring),
         };
         let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
         let body = match opts.mode {
-            Mode::Forward => b.forward(),
+            Mode::Forward => b.forward(&colouring),
             _ if checkpointed => b.checkpointed(plan),
             _ => b.plain(),
         };
@@ -659,6 +677,7 @@ impl Schedule {
     /// the forward schedule).
     pub fn plain(v: &Verified, opts: ScheduleOptions) -> Schedule {
         let info = v.info();
+        let colouring = colour_inputs(v);
         let b = Builder {
             tape: v.tape(),
             live: &info.activity.live,
@@ -666,7 +685,7 @@ impl Schedule {
             cones: &info.cones,
             input_nodes: &info.input_nodes,
             mode: opts.mode,
-            lanes: lanes(v.tape(), opts.mode),
+            lanes: lanes(v.tape(), opts.mode, &colouring),
         };
         Schedule {
             mode: opts.mode,
@@ -676,7 +695,7 @@ impl Schedule {
             scratch_slots: 0,
             opaque_math: opts.opaque_math,
             body: if opts.mode == Mode::Forward {
-                b.forward()
+                b.forward(&colouring)
             } else {
                 b.plain()
             },
