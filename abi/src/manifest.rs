@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Bumped on any incompatible change to the manifest or to the kernel ABI it describes.
-pub const MANIFEST_VERSION: u32 = 1;
+/// Bumped on any incompatible change to the manifest or to the kernel ABI it describes. Version 2
+/// added `fingerprint` (a host refuses a kernel whose source or manifest was changed or swapped).
+pub const MANIFEST_VERSION: u32 = 2;
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -151,6 +152,44 @@ pub struct Manifest {
     /// `-cl-fp32-correctly-rounded-divide-sqrt` for OpenCL); empty for GLSL.
     #[serde(default)]
     pub compile_options: Vec<String>,
+    /// SHA-256 (lower-case hex) of the kernel source and this manifest with an empty fingerprint
+    /// ([`Manifest::fingerprint_of`]): a host checks it before any driver sees the source, so a
+    /// kernel paired with another kernel's manifest, or either edited, is refused.
+    #[serde(default)]
+    pub fingerprint: String,
+}
+
+impl Manifest {
+    /// The fingerprint of `source` under this manifest: SHA-256 over the source's bytes, a zero
+    /// byte, and the manifest's JSON (fields in declaration order) with `fingerprint` empty.
+    pub fn fingerprint_of(&self, source: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut m = self.clone();
+        m.fingerprint = String::new();
+        let json = serde_json::to_string(&m).unwrap_or_default();
+        let mut h = Sha256::new();
+        h.update(source.as_bytes());
+        h.update([0u8]);
+        h.update(json.as_bytes());
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Sets `fingerprint` for `source` (what every emitter does last).
+    pub fn seal(&mut self, source: &str) {
+        self.fingerprint = self.fingerprint_of(source);
+    }
+}
+
+/// The options a target's driver compiler needs for bit-reproducible results: `--fmad=false` for
+/// NVRTC (no fused multiply-add), `-cl-fp32-correctly-rounded-divide-sqrt` for OpenCL; none for
+/// GLSL (its body says `precise`) and the CPU. The compiler writes them into the manifest and a
+/// host passes these, never what a file says.
+pub fn compile_options(target: Target) -> Vec<String> {
+    match target {
+        Target::Cuda => vec!["--fmad=false".into()],
+        Target::Opencl => vec!["-cl-fp32-correctly-rounded-divide-sqrt".into()],
+        Target::Glsl | Target::Cpu => Vec::new(),
+    }
 }
 
 /// The per-path sums of a kernel, in partials (and CPU row) order: for each output O, `value:O`,

@@ -554,6 +554,7 @@ mod tests {
             draws: 0,
             tape_hash: String::new(),
             compile_options: vec![],
+            fingerprint: String::new(),
         }
     }
 

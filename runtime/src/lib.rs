@@ -161,6 +161,44 @@ impl LoadedKernel {
     }
 }
 
+/// Refuses, before any driver sees it, a kernel that is empty or not text, whose manifest is not
+/// its own (the fingerprint over source and manifest differs: another kernel's manifest, or either
+/// edited), or whose manifest asks the driver for options other than the compiler's rules
+/// (`manifest::compile_options`).
+fn check_pair(source: &str, m: &Manifest) -> Result<(), RuntimeError> {
+    if source.trim().is_empty() {
+        return Err(RuntimeError::Manifest("the kernel source is empty".into()));
+    }
+    if let Some(at) = source.find('\0') {
+        return Err(RuntimeError::Manifest(format!(
+            "the kernel source is not text (a NUL byte at offset {at})"
+        )));
+    }
+    if m.fingerprint != m.fingerprint_of(source) {
+        return Err(RuntimeError::Manifest(format!(
+            "the kernel and this manifest do not belong together (fingerprint {} expected, the \
+             pair gives {}): the source or the manifest was edited, or one was swapped for another \
+             kernel's; compile the tape again",
+            short(&m.fingerprint),
+            short(&m.fingerprint_of(source))
+        )));
+    }
+    let wanted = manifest::compile_options(m.target);
+    if m.compile_options != wanted {
+        return Err(RuntimeError::Manifest(format!(
+            "compile_options {:?} are not the {} compiler's ({wanted:?})",
+            m.compile_options,
+            m.target.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The first 12 hex digits of a hash, for messages.
+fn short(h: &str) -> &str {
+    h.get(..12).unwrap_or(h)
+}
+
 impl Backend {
     /// The backend for `target`, or `Unsupported` when this build has no driver for it.
     pub fn open(target: Target) -> Result<Backend, RuntimeError> {
@@ -205,7 +243,8 @@ impl Backend {
     }
 
     /// Loads `source` (kernel text in the manifest's target language) for this backend; checks the
-    /// manifest's version and target and the kernel against its ABI.
+    /// manifest's version and target, that source and manifest belong together (`check_pair`),
+    /// and the kernel against its ABI.
     pub fn load(&self, source: &str, manifest: &Manifest) -> Result<LoadedKernel, RuntimeError> {
         if manifest.manifest_version != manifest::MANIFEST_VERSION {
             return Err(RuntimeError::Manifest(format!(
@@ -221,6 +260,7 @@ impl Backend {
                 self.target().name()
             )));
         }
+        check_pair(source, manifest)?;
         let code = match self {
             Backend::Cpu => Code::Cpu(cpu::load(source, manifest)?),
             Backend::Vulkan(d) => Code::Vulkan(d.load(source, manifest)?),

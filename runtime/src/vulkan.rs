@@ -293,6 +293,7 @@ impl Device {
             draws: 0,
             tape_hash: String::new(),
             compile_options: vec![],
+            fingerprint: String::new(),
         };
         let k = self.load(PROBE_GLSL, &manifest)?;
         let got = self.dispatch(

@@ -250,13 +250,13 @@ fn errors_name_the_problem() {
         );
     }
     let (src, m) = fixture("asian16_reverse_f64");
-    let mut v2 = m.clone();
-    v2.manifest_version = 2;
+    let mut v3 = m.clone();
+    v3.manifest_version = 3;
     assert!(b
-        .load(&src, &v2)
+        .load(&src, &v3)
         .unwrap_err()
         .to_string()
-        .contains("version 2"));
+        .contains("version 3"));
     let mut gl = m.clone();
     gl.target = Target::Glsl;
     assert!(b
@@ -266,6 +266,12 @@ fn errors_name_the_problem() {
         .contains("target glsl"));
     let mut renamed = m.clone();
     renamed.entry_point = "other".into();
+    assert!(b
+        .load(&src, &renamed)
+        .unwrap_err()
+        .to_string()
+        .contains("do not belong together"));
+    renamed.seal(&src);
     assert!(b
         .load(&src, &renamed)
         .unwrap_err()
@@ -296,4 +302,39 @@ fn a_path_index_past_2_pow_32_is_carried() {
     c.run(&m.input_defaults, 5, (1 << 32) + 3, &mut split[row..])
         .unwrap();
     assert_eq!(split, hi);
+}
+
+/// Issue 14, point 1: a kernel and its manifest are checked against each other before any driver
+/// sees them. Found before: a kernel run with another kernel's manifest corrupted the heap; a
+/// manifest edited after compiling (precision, workgroup) ran anyway with a wrong price.
+#[test]
+fn a_kernel_runs_only_with_its_own_manifest() {
+    let b = Backend::open(Target::Cpu).unwrap();
+    let (src, m) = fixture("asian16_reverse_f64");
+    let (src32, m32) = fixture("asian16_reverse_f32");
+    b.load(&src, &m)
+        .expect("a kernel and its own manifest load");
+    let refused = |src: &str, m: &Manifest, why: &str| {
+        let e = b.load(src, m).expect_err(why).to_string();
+        assert!(e.contains(why), "{e}");
+    };
+    // Swapped pairs, an edited source, an edited manifest field.
+    refused(&src, &m32, "do not belong together");
+    refused(&src32, &m, "do not belong together");
+    refused(&format!("{src}\n; edited"), &m, "do not belong together");
+    let mut edited = m.clone();
+    edited.precision = Precision::F32;
+    refused(&src, &edited, "do not belong together");
+    let mut edited = m.clone();
+    edited.sums.pop();
+    refused(&src, &edited, "do not belong together");
+    // Empty or binary sources never reach a driver.
+    refused("", &m, "empty");
+    refused("  \n", &m, "empty");
+    refused("abc\0def", &m, "not text");
+    // Driver options are the compiler's, not the file's, even in a consistent pair.
+    let mut opts = m.clone();
+    opts.compile_options = vec!["-O0".into()];
+    opts.seal(&src);
+    refused(&src, &opts, "compile_options");
 }

@@ -48,6 +48,7 @@ fn manifest() -> Manifest {
         draws: 0,
         tape_hash: String::new(),
         compile_options: vec!["--fmad=false".into()],
+        fingerprint: String::new(),
     }
 }
 

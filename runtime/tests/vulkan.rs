@@ -52,6 +52,7 @@ fn manifest() -> Manifest {
         draws: 0,
         tape_hash: String::new(),
         compile_options: vec![],
+        fingerprint: String::new(),
     }
 }
 

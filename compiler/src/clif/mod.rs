@@ -144,6 +144,7 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
         draws: tape.n_draws,
         tape_hash: crate::format::content_hash(tape),
         compile_options: Vec::new(),
+        fingerprint: String::new(),
     }
 }
 
@@ -161,6 +162,8 @@ pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, ClifError> {
         source.push_str(line.split_once("  ; ").map_or(line, |(code, _)| code));
         source.push('\n');
     }
+    let mut manifest = manifest;
+    manifest.seal(&source);
     Ok(Kernel {
         source,
         manifest,

@@ -1,6 +1,6 @@
 //! Filling the manifest (`nablac_abi::manifest`, the kernel ABI's contract) for an emitted kernel.
 
-use super::manifest::{Manifest, Mode, Param, Target, MANIFEST_VERSION};
+use super::manifest::{Manifest, Mode, Param, MANIFEST_VERSION};
 use super::EmitOptions;
 use crate::schedule::Schedule;
 use crate::tape::Tape;
@@ -64,10 +64,7 @@ pub(super) fn build(
         },
         draws: tape.n_draws,
         tape_hash: crate::format::content_hash(tape),
-        compile_options: match opts.target {
-            Target::Cuda => vec!["--fmad=false".into()],
-            Target::Opencl => vec!["-cl-fp32-correctly-rounded-divide-sqrt".into()],
-            _ => Vec::new(),
-        },
+        compile_options: super::manifest::compile_options(opts.target),
+        fingerprint: String::new(),
     })
 }
