@@ -403,22 +403,49 @@ pub mod cache {
         }
     }
 
-    /// The cached bytes for `key` (memory first, then disk), if any.
+    /// The most bytes a disk entry may hold (a compiled kernel is far smaller).
+    const MAX_ENTRY: u64 = 256 << 20;
+
+    /// A disk entry's first line: the format, the key, the payload's length and SHA-256.
+    fn header(key: &str, bytes: &[u8]) -> String {
+        let sum: String = Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("nablac-cache 1 {key} {} {sum}\n", bytes.len())
+    }
+
+    /// The payload of a disk entry if it is one, for `key`, intact; `None` for anything else
+    /// (short, edited, another key's, another format).
+    fn payload(key: &str, entry: &[u8]) -> Option<Vec<u8>> {
+        let end = entry.iter().position(|&b| b == b'\n')?;
+        let bytes = &entry[end + 1..];
+        (entry[..=end] == *header(key, bytes).as_bytes() && !bytes.is_empty())
+            .then(|| bytes.to_vec())
+    }
+
+    /// The cached bytes for `key` (memory first, then disk), if any. A disk entry counts only if
+    /// it is a regular file (a FIFO or a device is never opened, so never blocks), at most
+    /// `MAX_ENTRY` bytes, and carries this key and the checksum of its bytes: anything else is a
+    /// miss, which the caller's `put` then replaces atomically.
     pub fn get(key: &str, ext: &str) -> Option<Vec<u8>> {
         if let Some(v) = MEMORY.lock().ok()?.get(key) {
             return Some(v.clone());
         }
-        let bytes = std::fs::read(dir()?.join(format!("{key}.{ext}"))).ok()?;
-        if bytes.is_empty() {
+        let path = dir()?.join(format!("{key}.{ext}"));
+        let meta = std::fs::metadata(&path).ok()?;
+        if !meta.is_file() || meta.len() > MAX_ENTRY {
             return None;
         }
+        let bytes = payload(key, &std::fs::read(&path).ok()?)?;
         if let Ok(mut m) = MEMORY.lock() {
             m.insert(key.to_string(), bytes.clone());
         }
         Some(bytes)
     }
 
-    /// Stores `bytes` under `key` in memory and (best effort, atomically) on disk.
+    /// Stores `bytes` under `key` in memory and (best effort, atomically: a temporary file
+    /// renamed over the entry) on disk, with the header `get` verifies.
     pub fn put(key: &str, ext: &str, bytes: &[u8]) {
         if let Ok(mut m) = MEMORY.lock() {
             m.insert(key.to_string(), bytes.to_vec());
@@ -431,7 +458,9 @@ pub mod cache {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |t| t.as_nanos());
         let tmp = d.join(format!(".{key}.{}.{nanos}.tmp", std::process::id()));
-        if std::fs::write(&tmp, bytes).is_ok()
+        let mut entry = header(key, bytes).into_bytes();
+        entry.extend_from_slice(bytes);
+        if std::fs::write(&tmp, &entry).is_ok()
             && std::fs::rename(&tmp, d.join(format!("{key}.{ext}"))).is_ok()
         {
             return;
@@ -643,8 +672,63 @@ mod tests {
         assert!(e.contains("not numbered"), "{e}");
     }
 
+    /// Issue 14, point 2: a truncated, edited, foreign or non-regular disk entry is a miss (it
+    /// used to abort or hang every later run until the cache was cleared); the next put replaces
+    /// it.
+    /// The cache tests set NABLAC_CACHE_DIR, which is process-wide: one at a time.
+    static CACHE_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn bad_cache_entries_are_misses() {
+        let _env = CACHE_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("nablac-cache-bad-{}", std::process::id()));
+        std::env::set_var("NABLAC_CACHE_DIR", &dir);
+        let (a, b) = (
+            cache::key("t", "d", &[], "a"),
+            cache::key("t", "d", &[], "b"),
+        );
+        cache::put(&a, "bin", b"kernel a bytes");
+        cache::put(&b, "bin", b"kernel b bytes");
+        cache::clear_memory();
+        assert_eq!(
+            cache::get(&a, "bin").as_deref(),
+            Some(&b"kernel a bytes"[..])
+        );
+        let path = |k: &str| dir.join(format!("{k}.bin"));
+        let good = std::fs::read(path(&a)).unwrap();
+        let miss = |what: &str| {
+            cache::clear_memory();
+            assert_eq!(cache::get(&a, "bin"), None, "{what}");
+        };
+        std::fs::write(path(&a), &good[..good.len() - 3]).unwrap();
+        miss("truncated");
+        let mut flipped = good.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        std::fs::write(path(&a), &flipped).unwrap();
+        miss("a flipped bit");
+        std::fs::copy(path(&b), path(&a)).unwrap();
+        miss("another key's entry");
+        std::fs::write(path(&a), b"kernel a bytes").unwrap();
+        miss("no header");
+        std::fs::write(path(&a), b"").unwrap();
+        miss("empty");
+        std::fs::remove_file(path(&a)).unwrap();
+        let fifo = std::process::Command::new("mkfifo").arg(path(&a)).status();
+        if fifo.is_ok_and(|s| s.success()) {
+            miss("a FIFO (never opened, so no hang)");
+        }
+        cache::put(&a, "bin", b"kernel a bytes");
+        cache::clear_memory();
+        assert_eq!(
+            cache::get(&a, "bin").as_deref(),
+            Some(&b"kernel a bytes"[..])
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn cache_roundtrips_through_disk() {
+        let _env = CACHE_ENV.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("nablac-cache-test-{}", std::process::id()));
         std::env::set_var("NABLAC_CACHE_DIR", &dir);
         let k = cache::key("spv", "dev", &["-O".into()], "src");
