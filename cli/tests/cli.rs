@@ -248,6 +248,28 @@ fn compile_writes_kernel_and_manifest_for_every_target() {
     assert!(!d.join("x.comp").exists() && !d.join("x.comp.json").exists());
 }
 
+/// Issue 14: a text tape with more than 4 KiB of leading comments is still a tape to `run`.
+#[test]
+fn a_tape_with_long_leading_comments_runs_as_a_tape() {
+    let d = scratch("comments");
+    let tape = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/in/european.ntape"
+    ))
+    .unwrap();
+    let comments = "# a comment line that a user wrote about this tape, repeated\n".repeat(100);
+    assert!(comments.len() > 4096);
+    std::fs::write(d.join("c.ntape"), format!("{comments}{tape}")).unwrap();
+    let out = ok(
+        &[
+            "run", "c.ntape", "--target", "cpu", "--paths", "1024", "--json",
+        ],
+        &d,
+    );
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(j["outputs"]["price"]["value"].as_f64().unwrap() > 0.0);
+}
+
 #[test]
 fn forward_mode_gives_the_reverse_greeks() {
     let d = scratch("forward");

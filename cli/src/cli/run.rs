@@ -74,15 +74,19 @@ struct Timings {
     assembly: f64,
 }
 
-/// Whether `bytes` is a tape (either form) rather than kernel source.
+/// Whether `bytes` is a tape (either form) rather than kernel source: the binary magic, or a
+/// first line that is neither blank nor a comment reading `nablatape` (however many comment lines
+/// come first: a tape with more than 4 KiB of them was once taken for a kernel).
 fn is_tape(bytes: &[u8]) -> bool {
-    bytes.starts_with(&nablac::format::MAGIC) || {
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
-        text.lines()
-            .map(|l| l.split('#').next().unwrap_or("").trim())
+    bytes.starts_with(&nablac::format::MAGIC)
+        || bytes
+            .split(|&b| b == b'\n')
+            .map(|l| {
+                let l = String::from_utf8_lossy(l);
+                l.split('#').next().unwrap_or("").trim().to_string()
+            })
             .find(|l| !l.is_empty())
             .is_some_and(|l| l.starts_with("nablatape"))
-    }
 }
 
 /// Refuses options the target does not use (the compile options are checked with the compile).
