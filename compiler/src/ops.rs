@@ -193,6 +193,16 @@ pub enum Arg {
     B,
 }
 
+impl Arg {
+    /// The argument's position: 0 for `A`, 1 for `B`.
+    pub fn index(self) -> usize {
+        match self {
+            Arg::A => 0,
+            Arg::B => 1,
+        }
+    }
+}
+
 /// `d(arg) += expr`, or `-= expr` when `sub`; `expr` is linear in `D`.
 #[derive(Copy, Clone, PartialEq, Debug)]
 pub struct Acc {

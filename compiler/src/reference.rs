@@ -8,7 +8,7 @@
 //! visited, so a non-finite value elsewhere on the tape cannot leak into this output's Greeks.
 //! `evaluate` sums paths in the fixed order of `report` and builds the `Report`.
 
-use crate::ops::{self, Arg, Operands};
+use crate::ops::{self, Operands};
 use crate::philox::{normal_f32, normal_f64, uniform_f32, uniform_f64};
 use crate::report::{OutputSums, Report, ReportError};
 use crate::tape::{DrawKind, Node, Tape};
@@ -129,7 +129,7 @@ fn reverse<T: Float>(tape: &Tape, v: &[T], out: usize, n_inputs: usize) -> Vec<T
                 let args: Vec<usize> = node.args().map(|a| a.index()).collect();
                 for step in rule.adjoint {
                     ops::eval_step(step, &x, &mut |arg, sub, delta| {
-                        let j = args[if arg == Arg::A { 0 } else { 1 }];
+                        let j = args[arg.index()];
                         adj[j] = if sub { adj[j] - delta } else { adj[j] + delta };
                     });
                 }

@@ -26,7 +26,7 @@
 use super::abi::{entry_signature, libm, CALL_CONV};
 use super::{ClifError, Options};
 use crate::emit::manifest::Precision;
-use crate::ops::{self, Arg, Arith, Cmp, Cond, Expr, Fun, Step};
+use crate::ops::{self, Arith, Cmp, Cond, Expr, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
 use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
@@ -317,7 +317,7 @@ fn step(
 ) {
     match step_ {
         Step::Acc(acc) => {
-            let Some(a) = adj.to[if acc.arg == Arg::A { 0 } else { 1 }] else {
+            let Some(a) = adj.to[acc.arg.index()] else {
                 return;
             };
             let old = vals.adjoint(cx, a, adj.lane);
@@ -370,7 +370,7 @@ fn tangent_term(
     x: &[Option<Value>; 4],
 ) -> Option<(Value, bool)> {
     let acc = |b: &mut FunctionBuilder, acc: &ops::Acc| {
-        let d = t.from[if acc.arg == Arg::A { 0 } else { 1 }]?;
+        let d = t.from[acc.arg.index()]?;
         let x = [x[0], x[1], x[2], Some(vals.operand(cx, d))];
         Some((expr(cx, b, &acc.expr, &x), acc.sub))
     };

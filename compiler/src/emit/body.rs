@@ -10,8 +10,7 @@
 use super::dialect::{real, Dialect, MathFn};
 use super::manifest::Precision;
 use super::ScratchLayout;
-use crate::ops::{Acc, Arg, Arith, Cond, Expr, Fun, Step};
-use crate::passes::OPAQUE_MATH;
+use crate::ops::{Acc, Arith, Cond, Expr, Fun, Step};
 use crate::schedule::{self, Adjoint, Def, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId, Tape};
 
@@ -151,12 +150,15 @@ impl<'a> Body<'a> {
                 (format!("{l} {} {r}", op.symbol()), prec)
             }
             Expr::Call(f, y) => {
-                let opaque = self.schedule.opaque_math && OPAQUE_MATH.contains(&f);
+                let opaque = self.schedule.opaque_call(Some(f));
                 (self.d.call(f, self.p, &self.expr(y, x).0, opaque), 4)
             }
             Expr::Pow(y, z) => {
                 let (y, z) = (self.expr(y, x).0, self.expr(z, x).0);
-                (self.d.pow(self.p, &y, &z, self.schedule.opaque_math), 4)
+                (
+                    self.d.pow(self.p, &y, &z, self.schedule.opaque_call(None)),
+                    4,
+                )
             }
             Expr::Nan => (self.d.nan(self.p).to_string(), 4),
             Expr::Select(c, y, z) => {
@@ -183,7 +185,7 @@ impl<'a> Body<'a> {
     /// One adjoint step as a statement, or `None` when it feeds no adjoint.
     fn step(&self, step: &Step, adj: &Adjoint, x: &[String; 4]) -> Option<String> {
         let acc = |acc: &Acc| {
-            let to = adj.to[if acc.arg == Arg::A { 0 } else { 1 }];
+            let to = adj.to[acc.arg.index()];
             to.map(|arg| {
                 let sign = if acc.sub { '-' } else { '+' };
                 let e = self.expr(&acc.expr, x).0;
@@ -214,7 +216,7 @@ impl<'a> Body<'a> {
         x: &[String; 4],
     ) -> Option<(String, u8, bool)> {
         let acc = |acc: &Acc| {
-            let d = t.from[if acc.arg == Arg::A { 0 } else { 1 }]?;
+            let d = t.from[acc.arg.index()]?;
             let x = [x[0].clone(), x[1].clone(), x[2].clone(), self.operand(d)];
             let (e, p) = self.expr(&acc.expr, &x);
             Some((e, p, acc.sub))

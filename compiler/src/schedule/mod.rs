@@ -26,7 +26,7 @@ pub mod maxlive;
 use crate::emit::manifest::Mode;
 use crate::ops::{self, Expr, Fun, Rule};
 use crate::passes::{colour_inputs, Colouring};
-use crate::plan::{Checkpoint, Plan};
+use crate::plan::{Activity, Checkpoint, Plan};
 use crate::tape::{DrawKind, Node, NodeId, Tape};
 use crate::verify::Verified;
 use std::ops::Range;
@@ -91,16 +91,23 @@ pub struct Adjoint {
     pub to: [Option<NodeId>; 2],
 }
 
+/// The operands of `x` (`[A, B, C]`) that `rule`'s steps read when only the arguments `fed`
+/// take part (`ops::Rule::reads`).
+fn steps_read(
+    rule: &Rule,
+    x: [Option<Operand>; 3],
+    fed: [bool; 2],
+) -> impl Iterator<Item = Operand> {
+    let (a, b, c) = rule.reads(fed);
+    [(a, x[0]), (b, x[1]), (c, x[2])]
+        .into_iter()
+        .filter_map(|(read, x)| x.filter(|_| read))
+}
+
 impl Adjoint {
-    /// The operands the steps that run read (`ops::Rule::reads`): what the reverse sweep needs of
-    /// the forward sweep.
+    /// The operands the steps that run read: what the reverse sweep needs of the forward sweep.
     pub fn reads(&self) -> impl Iterator<Item = Operand> + '_ {
-        let (a, b, c) = self
-            .rule
-            .reads([self.to[0].is_some(), self.to[1].is_some()]);
-        [(a, self.x[0]), (b, self.x[1]), (c, self.x[2])]
-            .into_iter()
-            .filter_map(|(read, x)| x.filter(|_| read))
+        steps_read(self.rule, self.x, self.to.map(|t| t.is_some()))
     }
 }
 
@@ -123,12 +130,7 @@ pub struct Tangent {
 impl Tangent {
     /// Everything the definition reads: the operands its live steps read, and the tangents.
     pub fn reads(&self) -> impl Iterator<Item = Operand> + '_ {
-        let (a, b, c) = self
-            .rule
-            .reads([self.from[0].is_some(), self.from[1].is_some()]);
-        [(a, self.x[0]), (b, self.x[1]), (c, self.x[2])]
-            .into_iter()
-            .filter_map(|(read, x)| x.filter(|_| read))
+        steps_read(self.rule, self.x, self.from.map(|t| t.is_some()))
             .chain(self.from.iter().flatten().copied())
     }
 }
@@ -257,7 +259,7 @@ fn passed_on(rule: &Rule, from: [Option<Operand>; 2]) -> Option<Operand> {
     for step in rule.adjoint {
         match step {
             ops::Step::Acc(acc) => {
-                let Some(t) = from[if acc.arg == ops::Arg::A { 0 } else { 1 }] else {
+                let Some(t) = from[acc.arg.index()] else {
                     continue;
                 };
                 if only.is_some() || acc.sub || acc.expr != Expr::D {
@@ -335,6 +337,17 @@ impl Builder<'_> {
         }
     }
 
+    /// The operands `[A, B, C]` a rule of node `v` reads: its arguments and its own value, through
+    /// `name`.
+    fn rule_operands(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var) -> [Option<Operand>; 3] {
+        let mut args = self.tape.node(v).args();
+        [
+            args.next().map(|a| self.operand(a, name)),
+            args.next().map(|a| self.operand(a, name)),
+            Some(Operand::Var(name(v))),
+        ]
+    }
+
     fn define(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var, key: Key, declare: bool) -> Stmt {
         Stmt::Define {
             node: v,
@@ -375,11 +388,7 @@ impl Builder<'_> {
         if to == [None, None] {
             return;
         }
-        let x = [
-            args.first().map(|&a| self.operand(a, name)),
-            args.get(1).map(|&a| self.operand(a, name)),
-            Some(Operand::Var(name(v))),
-        ];
+        let x = self.rule_operands(v, name);
         for lane in (0..self.lanes).filter(|&o| self.in_lane(v, o)) {
             out.push(Stmt::Adjoint(Adjoint {
                 node: v,
@@ -391,18 +400,19 @@ impl Builder<'_> {
         }
     }
 
-    /// The leaves in sum order (`manifest::sum_names`): per output its value and square, and in
-    /// reverse mode its lane's adjoint of every input.
-    fn leaves(&self) -> Stmt {
+    /// The leaves in sum order (`manifest::sum_names`): per output its value and square, and
+    /// when the mode has Greeks `greek(o, i)` for every input i. A Greek no adjoint or tangent
+    /// reaches (the input outside output o's cone) is zero whatever `greek` says.
+    fn leaves(&self, greek: &dyn Fn(usize, usize) -> Leaf) -> Stmt {
         let mut leaves = Vec::new();
         for (o, output) in self.tape.outputs.iter().enumerate() {
             let value = leaves.len();
             leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
             leaves.push(Leaf::Square(value));
-            if self.mode == Mode::Reverse {
-                for &v in self.input_nodes {
+            if self.mode.has_greeks() {
+                for (i, &v) in self.input_nodes.iter().enumerate() {
                     leaves.push(if self.in_lane(v, o) {
-                        Leaf::Adjoint(v, o)
+                        greek(o, i)
                     } else {
                         Leaf::Zero
                     });
@@ -410,6 +420,11 @@ impl Builder<'_> {
             }
         }
         Stmt::Leaves(leaves)
+    }
+
+    /// Reverse mode's Greek: output o's lane's adjoint of input i.
+    fn adjoint_greek(&self, o: usize, i: usize) -> Leaf {
+        Leaf::Adjoint(self.input_nodes[i], o)
     }
 
     fn plain(&self) -> Vec<Stmt> {
@@ -430,7 +445,7 @@ impl Builder<'_> {
             }
         }
         out.push(Stmt::Note("leaves".into()));
-        out.push(self.leaves());
+        out.push(self.leaves(&|o, i| self.adjoint_greek(o, i)));
         out
     }
 
@@ -466,11 +481,7 @@ impl Builder<'_> {
                 }
             } else if let Some(rule) = ops::rule(node.op()) {
                 let args: Vec<NodeId> = node.args().collect();
-                let x = [
-                    args.first().map(|&a| self.operand(a, &Var::Value)),
-                    args.get(1).map(|&a| self.operand(a, &Var::Value)),
-                    Some(Operand::Var(Var::Value(v))),
-                ];
+                let x = self.rule_operands(v, &Var::Value);
                 for (lane, slot) in t.iter_mut().enumerate() {
                     let from = [0, 1].map(|k| {
                         args.get(k)
@@ -498,27 +509,14 @@ impl Builder<'_> {
             tangent[v.index()] = t;
         }
         out.push(Stmt::Note("leaves".into()));
-        let mut leaves = Vec::new();
-        for (o, output) in self.tape.outputs.iter().enumerate() {
-            let value = leaves.len();
-            leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
-            leaves.push(Leaf::Square(value));
-            for (i, &input) in self.input_nodes.iter().enumerate() {
-                // The output's tangent in input i's direction is d output / d input i: no
-                // other input of that colour reaches this output.
-                let t = colouring.colour[i].and_then(|c| {
-                    tangent[output.node.index()]
-                        .get(c as usize)
-                        .copied()
-                        .flatten()
-                });
-                leaves.push(match t {
-                    Some(t) if self.in_lane(input, o) => Leaf::Value(t),
-                    _ => Leaf::Zero,
-                });
-            }
-        }
-        out.push(Stmt::Leaves(leaves));
+        // The output's tangent in input i's direction is d output / d input i: no other input of
+        // that colour reaches this output.
+        out.push(self.leaves(&|o, i| {
+            let out_node = self.tape.outputs[o].node;
+            colouring.colour[i]
+                .and_then(|c| tangent[out_node.index()].get(c as usize).copied().flatten())
+                .map_or(Leaf::Zero, Leaf::Value)
+        }));
         out
     }
 
@@ -623,7 +621,7 @@ impl Builder<'_> {
             }));
         }
         out.push(Stmt::Note("leaves".into()));
-        out.push(self.leaves());
+        out.push(self.leaves(&|o, i| self.adjoint_greek(o, i)));
         out
     }
 }
@@ -633,72 +631,49 @@ impl Schedule {
     /// same tape, its shape checked by the caller) in `opts.mode`: checkpointed when the plan has
     /// several segments and the mode is reverse, else plain.
     pub fn build(v: &Verified, plan: &Plan, opts: ScheduleOptions) -> Schedule {
-        let colouring = colour_inputs(v);
-        let b = Builder {
-            tape: v.tape(),
-            live: &plan.activity.live,
-            active: &plan.activity.active,
-            cones: &v.info().cones,
-            input_nodes: &v.info().input_nodes,
-            mode: opts.mode,
-            lanes: lanes(v.tape(), opts.mode, &colouring),
-        };
-        let checkpointed = opts.mode == Mode::Reverse && plan.segments.is_checkpointed();
-        let body = match opts.mode {
-            Mode::Forward => b.forward(&colouring),
-            _ if checkpointed => b.checkpointed(plan),
-            _ => b.plain(),
-        };
-        let scratch = checkpointed && plan.segments.strategy == Checkpoint::Scratch;
-        Schedule {
-            mode: opts.mode,
-            lanes: b.lanes,
-            segments: if checkpointed {
-                plan.segments.segments.len()
-            } else {
-                1
-            },
-            strategy: if checkpointed {
-                plan.segments.strategy
-            } else {
-                Checkpoint::Off
-            },
-            scratch_slots: if scratch {
-                plan.segments.scratch_slots.len() as u32
-            } else {
-                0
-            },
-            opaque_math: opts.opaque_math,
-            body,
-        }
+        Self::new(v, &plan.activity, Some(plan), opts)
     }
 
     /// The plain schedule (one segment) of verified tape `v`: what the CPU code runs (forward mode:
     /// the forward schedule).
     pub fn plain(v: &Verified, opts: ScheduleOptions) -> Schedule {
-        let info = v.info();
+        Self::new(v, &v.info().activity, None, opts)
+    }
+
+    fn new(
+        v: &Verified,
+        activity: &Activity,
+        plan: Option<&Plan>,
+        opts: ScheduleOptions,
+    ) -> Schedule {
         let colouring = colour_inputs(v);
         let b = Builder {
             tape: v.tape(),
-            live: &info.activity.live,
-            active: &info.activity.active,
-            cones: &info.cones,
-            input_nodes: &info.input_nodes,
+            live: &activity.live,
+            active: &activity.active,
+            cones: &v.info().cones,
+            input_nodes: &v.info().input_nodes,
             mode: opts.mode,
             lanes: lanes(v.tape(), opts.mode, &colouring),
         };
+        let checkpointed =
+            plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed());
+        let body = match (opts.mode, checkpointed) {
+            (Mode::Forward, _) => b.forward(&colouring),
+            (_, Some(plan)) => b.checkpointed(plan),
+            _ => b.plain(),
+        };
+        let sp = checkpointed.map(|p| &p.segments);
         Schedule {
             mode: opts.mode,
             lanes: b.lanes,
-            segments: 1,
-            strategy: Checkpoint::Off,
-            scratch_slots: 0,
+            segments: sp.map_or(1, |sp| sp.segments.len()),
+            strategy: sp.map_or(Checkpoint::Off, |sp| sp.strategy),
+            scratch_slots: sp
+                .filter(|sp| sp.strategy == Checkpoint::Scratch)
+                .map_or(0, |sp| sp.scratch_slots.len() as u32),
             opaque_math: opts.opaque_math,
-            body: if opts.mode == Mode::Forward {
-                b.forward(&colouring)
-            } else {
-                b.plain()
-            },
+            body,
         }
     }
 
@@ -771,14 +746,20 @@ impl Schedule {
         (normal, uniform)
     }
 
+    /// Does the kernel pass the argument(s) of a call of `f` (`pow` when `None`) through the
+    /// opaque identity? Where `opaque_math` says so, for the exponential family
+    /// (`passes::OPAQUE_MATH`) and `pow`.
+    pub fn opaque_call(&self, f: Option<Fun>) -> bool {
+        self.opaque_math && f.is_none_or(|f| crate::passes::OPAQUE_MATH.contains(&f))
+    }
+
     /// Does the kernel call the opaque identity (it is checkpointed, or it passes some call's
     /// arguments through it)?
     pub fn uses_opaque(&self) -> bool {
         self.is_checkpointed()
-            || (self.opaque_math
-                && (self.calls(None)
-                    || crate::passes::OPAQUE_MATH
-                        .iter()
-                        .any(|&f| self.calls(Some(f)))))
+            || self.calls(None) && self.opaque_call(None)
+            || crate::passes::OPAQUE_MATH
+                .iter()
+                .any(|&f| self.calls(Some(f)) && self.opaque_call(Some(f)))
     }
 }
