@@ -174,6 +174,43 @@ impl Manifest {
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The manifest of a hand-written GPU kernel of the emitted ABI (the runtime's driver probes
+    /// and tests): price mode, not checkpointed, `gpu_params`'s table, the compiler's driver
+    /// options, the given inputs (name, default), outputs and sums; not sealed.
+    pub fn hand_written(
+        target: Target,
+        precision: Precision,
+        entry_point: &str,
+        workgroup_size: u32,
+        inputs: &[(&str, f64)],
+        outputs: &[&str],
+        sums: &[&str],
+    ) -> Manifest {
+        Manifest {
+            manifest_version: MANIFEST_VERSION,
+            nablac_version: String::new(),
+            target,
+            entry_point: entry_point.into(),
+            mode: Mode::Price,
+            precision,
+            inputs: inputs.iter().map(|(n, _)| n.to_string()).collect(),
+            input_defaults: inputs.iter().map(|(_, v)| *v).collect(),
+            outputs: outputs.iter().map(|o| o.to_string()).collect(),
+            params: gpu_params(target, precision, sums.len(), None),
+            sums: sums.iter().map(|s| s.to_string()).collect(),
+            workgroup_size,
+            segments: 1,
+            checkpoint: Checkpoint::Off,
+            persistent: 0,
+            scratch_slots_per_path: 0,
+            scratch_layout: String::new(),
+            draws: 0,
+            tape_hash: String::new(),
+            compile_options: compile_options(target),
+            fingerprint: String::new(),
+        }
+    }
+
     /// Sets `fingerprint` for `source` (what every emitter does last).
     pub fn seal(&mut self, source: &str) {
         self.fingerprint = self.fingerprint_of(source);

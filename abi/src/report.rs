@@ -77,13 +77,14 @@ impl Block {
 
 /// The fixed-order sum of `leaves` (leaf p at index p): `S(0, leaves.len().next_power_of_two())`, 0 if empty.
 pub fn tree_sum(leaves: &[f64]) -> f64 {
-    tree_sum_in_place(&mut leaves.to_vec())
+    tree_sum_rows(&mut leaves.to_vec(), 1)[0]
 }
 
 /// [`tree_sum`] of every column of `rows`, a row-major table `width` values wide (a GPU's group
-/// partials: row g holds group g's sums), computed in place on whole rows: column c's result has
-/// the bits of `tree_sum` of column c (the same additions in the same order; an odd level gets a
-/// zero row, as `tree_sum` a zero leaf). Contiguous and allocation-free but for one padding row.
+/// partials: row g holds group g's sums), computed in place on whole rows, level by level:
+/// `S(a, 2m) = S(a, m) + S(a + m, m)`, an odd level padded with a zero row (an all-zero block
+/// sums to +0.0). `tree_sum` is the one-column case, so every column has its bits. Contiguous
+/// and allocation-free but for one padding row.
 pub fn tree_sum_rows(rows: &mut Vec<f64>, width: usize) -> Vec<f64> {
     if width == 0 || rows.len() < width {
         return vec![0.0; width];
@@ -102,25 +103,6 @@ pub fn tree_sum_rows(rows: &mut Vec<f64>, width: usize) -> Vec<f64> {
         rows.truncate(half * width);
     }
     rows.clone()
-}
-
-/// [`tree_sum`] of `leaves`, using them as its work space (no allocation beyond one padding
-/// slot): the same additions in the same order.
-pub fn tree_sum_in_place(leaves: &mut Vec<f64>) -> f64 {
-    if leaves.is_empty() {
-        return 0.0;
-    }
-    while leaves.len() > 1 {
-        if leaves.len() % 2 == 1 {
-            leaves.push(0.0); // an all-zero block sums to +0.0
-        }
-        let half = leaves.len() / 2;
-        for i in 0..half {
-            leaves[i] = leaves[2 * i] + leaves[2 * i + 1];
-        }
-        leaves.truncate(half);
-    }
-    leaves[0]
 }
 
 /// Some aligned blocks of the summation tree of a run of `paths` paths, in canonical form.
@@ -143,22 +125,11 @@ impl PartialSums {
         })
     }
 
-    /// The whole run's sums from equal aligned blocks that tile it from path 0: `sums[g]` is
-    /// `S(g * 2^log2_len, 2^log2_len)` for every block that starts below `paths` (what a GPU
-    /// run's group partials are). Bit-identical to inserting the blocks one by one: the pairwise
-    /// tree over them is `tree_sum` (padding past the run adds +0.0 literally, as `insert` does),
-    /// in O(blocks) adds and no map.
-    pub fn from_tiling(
-        paths: u64,
-        log2_len: u32,
-        sums: &[f64],
-    ) -> Result<PartialSums, ReportError> {
-        Self::from_tiling_sum(paths, log2_len, sums.len() as u64, tree_sum(sums))
-    }
-
-    /// The whole run's sums from the tree sum `total` of `blocks` equal aligned blocks of
-    /// `2^log2_len` paths that tile it from path 0 (what `from_tiling` checks and builds, for a
-    /// caller that summed the blocks itself, e.g. with [`tree_sum_rows`]).
+    /// The whole run's sums from equal aligned blocks that tile it from path 0: `blocks` blocks of
+    /// `2^log2_len` paths, the first `blocks` starting below `paths` (what a GPU run's group
+    /// partials are), whose `tree_sum` (or column of [`tree_sum_rows`]) is `total`. That is the
+    /// bits inserting the blocks one by one gives (padding past the run adds +0.0 literally, as
+    /// `insert` does), in O(blocks) adds and no map; fails unless the blocks tile the run.
     pub fn from_tiling_sum(
         paths: u64,
         log2_len: u32,
@@ -826,7 +797,7 @@ mod tests {
             if first == 0 {
                 let leaves: Vec<f64> = sums.clone();
                 prop_assert_eq!(fast.total().unwrap().to_bits(), tree_sum(&leaves).to_bits());
-                let tiled = PartialSums::from_tiling(paths, log2, &sums).unwrap();
+                let tiled = PartialSums::from_tiling_sum(paths, log2, sums.len() as u64, tree_sum(&sums)).unwrap();
                 prop_assert_eq!(bits(&tiled), bits(&slow));
             }
         }

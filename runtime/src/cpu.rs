@@ -23,7 +23,7 @@
 //! referenced, and Cranelift's verifier accepts the IR. A kernel is still trusted code (it reads
 //! and writes through the pointers it is given): load only what nablac emitted.
 
-use crate::manifest::{Manifest, Mode, Precision, Target};
+use crate::manifest::{Manifest, Precision, Target};
 use crate::RuntimeError;
 use cranelift_codegen::ir::{types, AbiParam, ExternalName, Function, Signature, UserExternalName};
 use cranelift_codegen::isa::CallConv;
@@ -48,9 +48,10 @@ pub fn entry_signature() -> Signature {
 /// mode, inputs and outputs.
 pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
     let n_inputs = manifest.inputs.len();
-    let per_output = match manifest.mode {
-        Mode::Price => 2,
-        Mode::Reverse | Mode::Forward => 2 + n_inputs,
+    let per_output = if manifest.mode.has_greeks() {
+        2 + n_inputs
+    } else {
+        2
     };
     let row = manifest.sums.len();
     if manifest.input_defaults.len() != n_inputs

@@ -2,7 +2,7 @@
 //!
 //! Contract: libcuda and libnvrtc are loaded at run time; [`open`] checks they exist first and
 //! returns "CUDA driver (libcuda.so) not found" (or the NVRTC equivalent) instead of panicking.
-//! [`Device::load`] compiles with NVRTC using the manifest's `compile_options` (e.g.
+//! [`Device::load`] compiles with NVRTC using the compiler's `manifest::compile_options` (e.g.
 //! `--fmad=false`) plus `--gpu-architecture=sm_XY` of the device, straight to a cubin, cached
 //! (`gpu::cache`) on (source, device name + capability, options): a second load compiles
 //! nothing. [`Device::run_range`] returns one `PartialSums` per manifest sum, as the Vulkan
@@ -282,7 +282,8 @@ impl Device {
                 manifest.target.name()
             )));
         }
-        let cubin = self.compile(source, &manifest.entry_point, &manifest.compile_options)?;
+        let options = crate::manifest::compile_options(Target::Cuda);
+        let cubin = self.compile(source, &manifest.entry_point, &options)?;
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
@@ -360,20 +361,13 @@ impl Device {
             .stream
             .alloc_zeros::<T>(scratch_len.max(1))
             .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
-        let words: Vec<u32> = args
-            .iter()
-            .map(|a| match *a {
-                gpu::Arg::Word(w) => w,
-                _ => 0,
-            })
-            .collect();
         let mut b = self.stream.launch_builder(&k.func);
-        for (a, w) in args.iter().zip(&words) {
+        for a in &args {
             match a {
                 gpu::Arg::Inputs => b.arg(inputs),
                 gpu::Arg::Partials => b.arg(&partials),
                 gpu::Arg::Scratch => b.arg(&scratch),
-                gpu::Arg::Word(_) => b.arg(w),
+                gpu::Arg::Word(w) => b.arg(w),
             };
         }
         let cfg = LaunchConfig {

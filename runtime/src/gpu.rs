@@ -520,71 +520,25 @@ mod tests {
         );
     }
 
-    /// A manifest with the parameter table of `target` (the compiler's, as a test builds it).
+    /// A two-sum manifest of `target` whose parameter table (the compiler's, with a scratch buffer
+    /// when `scratch`) is listed in reverse: hosts must sort by binding.
     fn manifest(target: crate::manifest::Target, scratch: bool) -> Manifest {
-        use crate::manifest::{Checkpoint, Mode, Param, Target, MANIFEST_VERSION};
-        let glsl = target == Target::Glsl;
-        let p = |name: &str, ty: &str, binding, role: &str| Param {
-            name: name.into(),
-            ty: ty.into(),
-            binding,
-            role: role.into(),
-            doc: String::new(),
-        };
-        let mut params = vec![
-            p("inputs", "ptr<f32>", 0, "input"),
-            p("partials", "ptr<f64>", 1, "output"),
-        ];
-        let names = [
-            "path_base_lo",
-            "path_base_hi",
-            "paths_lo",
-            "paths_hi",
-            "seed_lo",
-            "seed_hi",
-            "zero",
-        ];
-        for (k, name) in names.iter().enumerate() {
-            let k = k as u32;
-            params.push(if glsl {
-                p(name, "u32", 4 * k, "push")
-            } else {
-                p(name, "u32", 2 + k, "value")
-            });
-        }
-        if scratch {
-            params.push(p("scratch", "ptr<f32>", 9, "scratch"));
-            params.push(p("invocations", "u32", 10, "value"));
-        }
-        // The table's order is not the binding order: hosts must sort by binding.
-        params.reverse();
-        Manifest {
-            manifest_version: MANIFEST_VERSION,
-            nablac_version: String::new(),
+        use crate::manifest::{gpu_params, Checkpoint};
+        let mut m = Manifest::hand_written(
             target,
-            entry_point: "main".into(),
-            mode: Mode::Price,
-            precision: Precision::F32,
-            inputs: vec![],
-            input_defaults: vec![],
-            outputs: vec!["y".into()],
-            params,
-            sums: vec!["y".into(), "y_sq".into()],
-            workgroup_size: 128,
-            segments: 1,
-            checkpoint: if scratch {
-                Checkpoint::Scratch
-            } else {
-                Checkpoint::Off
-            },
-            persistent: 0,
-            scratch_slots_per_path: 0,
-            scratch_layout: String::new(),
-            draws: 0,
-            tape_hash: String::new(),
-            compile_options: vec![],
-            fingerprint: String::new(),
+            Precision::F32,
+            "main",
+            128,
+            &[],
+            &["y"],
+            &["y", "y_sq"],
+        );
+        m.params = gpu_params(target, Precision::F32, 2, scratch.then_some(0));
+        m.params.reverse();
+        if scratch {
+            m.checkpoint = Checkpoint::Scratch;
         }
+        m
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! OpenCL builds and runs and [`open`] says "OpenCL loader not found". `open` picks a device with
 //! double precision (`NABLAC_OPENCL_DEVICE`, a substring of `platform / device`, chooses one; else
 //! a GPU first, then any other type) and proves it with a tiny real launch under a timeout before
-//! returning. [`Device::load`] builds the program with the manifest's `compile_options` plus
+//! returning. [`Device::load`] builds the program with the compiler's `manifest::compile_options` plus
 //! `-cl-std=CL1.2`; the program binary is cached (`gpu::cache`) on (source, device and driver,
 //! options), so a second run skips the driver's compiler. [`Device::run_range`] returns one
 //! `PartialSums` per manifest sum, as the Vulkan and CUDA backends do.
@@ -291,7 +291,7 @@ impl Device {
             )));
         }
         let mut options = vec!["-cl-std=CL1.2".to_string()];
-        options.extend(manifest.compile_options.iter().cloned());
+        options.extend(crate::manifest::compile_options(Target::Opencl));
         let (program, kernel) = self.build(source, &manifest.entry_point, &options.join(" "))?;
         Ok(Kernel {
             manifest: manifest.clone(),
@@ -432,18 +432,11 @@ impl Device {
         } else {
             None
         };
-        let words: Vec<cl_uint> = args
-            .iter()
-            .map(|a| match *a {
-                gpu::Arg::Word(w) => w,
-                _ => 0,
-            })
-            .collect();
         let mut exec = ExecuteKernel::new(&k.kernel);
         // SAFETY: the arguments are the manifest's parameter table, in argument order, each
         // buffer sized as its doc says.
         unsafe {
-            for (a, w) in args.iter().zip(&words) {
+            for a in &args {
                 match a {
                     gpu::Arg::Inputs => exec.set_arg(inputs),
                     gpu::Arg::Partials => exec.set_arg(&partials),
@@ -451,7 +444,7 @@ impl Device {
                         Some(s) => exec.set_arg(s),
                         None => unreachable!("allocated above when an argument is scratch"),
                     },
-                    gpu::Arg::Word(_) => exec.set_arg(w),
+                    gpu::Arg::Word(w) => exec.set_arg(w),
                 };
             }
         }

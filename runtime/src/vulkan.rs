@@ -77,6 +77,8 @@ pub struct Kernel {
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
+    /// The inputs and partials buffers' descriptor bindings (`buffer_bindings`, read at load).
+    buffers: [(u32, gpu::Arg); 2],
     clock: gpu::Clock,
 }
 
@@ -267,34 +269,15 @@ impl Device {
     }
 
     fn probe(&self) -> Result<(), GpuError> {
-        let manifest = Manifest {
-            manifest_version: crate::manifest::MANIFEST_VERSION,
-            nablac_version: String::new(),
-            target: Target::Glsl,
-            entry_point: "main".into(),
-            mode: crate::manifest::Mode::Price,
-            precision: crate::manifest::Precision::F64,
-            inputs: vec!["x".into()],
-            input_defaults: vec![0.0],
-            outputs: vec![],
-            sums: vec!["probe".into()],
-            params: crate::manifest::gpu_params(
-                Target::Glsl,
-                crate::manifest::Precision::F64,
-                1,
-                None,
-            ),
-            workgroup_size: 1,
-            segments: 1,
-            checkpoint: crate::manifest::Checkpoint::Off,
-            persistent: 0,
-            scratch_slots_per_path: 0,
-            scratch_layout: String::new(),
-            draws: 0,
-            tape_hash: String::new(),
-            compile_options: vec![],
-            fingerprint: String::new(),
-        };
+        let manifest = Manifest::hand_written(
+            Target::Glsl,
+            crate::manifest::Precision::F64,
+            "main",
+            1,
+            &[("x", 0.0)],
+            &[],
+            &["probe"],
+        );
         let k = self.load(PROBE_GLSL, &manifest)?;
         let got = self.dispatch(
             &k,
@@ -397,6 +380,7 @@ impl Device {
                 set_layout,
                 layout,
                 pipeline,
+                buffers,
                 clock: gpu::Clock::default(),
             })
         }
@@ -607,7 +591,7 @@ impl Device {
                             .set_layouts(&layouts),
                     )
                     .map_err(|e| self.err("vkAllocateDescriptorSets", e))?[0];
-                let buffers = buffer_bindings(&k.manifest)?;
+                let buffers = k.buffers;
                 let infos = buffers.map(|(_, arg)| {
                     let b = if arg == gpu::Arg::Inputs {
                         input

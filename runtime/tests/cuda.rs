@@ -5,7 +5,7 @@
 //! (it fails when NABLAC_REQUIRE_CUDA=1).
 
 use nablac_runtime::cuda;
-use nablac_runtime::manifest::{Checkpoint, Manifest, Mode, Precision, Target};
+use nablac_runtime::manifest::{Manifest, Precision, Target};
 use nablac_runtime::report::tree_sum;
 
 const SRC: &str = r#"
@@ -27,29 +27,15 @@ extern "C" __global__ void leaves(const float* inputs, double* partials,
 "#;
 
 fn manifest() -> Manifest {
-    Manifest {
-        manifest_version: nablac_runtime::manifest::MANIFEST_VERSION,
-        nablac_version: String::new(),
-        target: Target::Cuda,
-        entry_point: "leaves".into(),
-        mode: Mode::Price,
-        precision: Precision::F32,
-        inputs: vec!["half".into()],
-        input_defaults: vec![0.5],
-        outputs: vec!["x".into()],
-        sums: vec!["value:x".into()],
-        params: nablac_runtime::manifest::gpu_params(Target::Cuda, Precision::F32, 1, None),
-        workgroup_size: 128,
-        segments: 1,
-        checkpoint: Checkpoint::Off,
-        persistent: 0,
-        scratch_slots_per_path: 0,
-        scratch_layout: String::new(),
-        draws: 0,
-        tape_hash: String::new(),
-        compile_options: vec!["--fmad=false".into()],
-        fingerprint: String::new(),
-    }
+    Manifest::hand_written(
+        Target::Cuda,
+        Precision::F32,
+        "leaves",
+        128,
+        &[("half", 0.5)],
+        &["x"],
+        &["value:x"],
+    )
 }
 
 #[test]

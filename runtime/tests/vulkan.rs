@@ -6,7 +6,7 @@
 //! prints `skipped: ...`.
 
 use nablac_runtime::gpu::GpuError;
-use nablac_runtime::manifest::{Checkpoint, Manifest, Mode, Precision, Target};
+use nablac_runtime::manifest::{Manifest, Precision, Target};
 use nablac_runtime::report::tree_sum;
 use nablac_runtime::vulkan;
 
@@ -31,29 +31,15 @@ void main() {
 ";
 
 fn manifest() -> Manifest {
-    Manifest {
-        manifest_version: nablac_runtime::manifest::MANIFEST_VERSION,
-        nablac_version: String::new(),
-        target: Target::Glsl,
-        entry_point: "main".into(),
-        mode: Mode::Price,
-        precision: Precision::F32,
-        inputs: vec!["half".into()],
-        input_defaults: vec![0.5],
-        outputs: vec!["x".into()],
-        sums: vec!["value:x".into()],
-        params: nablac_runtime::manifest::gpu_params(Target::Glsl, Precision::F32, 1, None),
-        workgroup_size: 128,
-        segments: 1,
-        checkpoint: Checkpoint::Off,
-        persistent: 0,
-        scratch_slots_per_path: 0,
-        scratch_layout: String::new(),
-        draws: 0,
-        tape_hash: String::new(),
-        compile_options: vec![],
-        fingerprint: String::new(),
-    }
+    Manifest::hand_written(
+        Target::Glsl,
+        Precision::F32,
+        "main",
+        128,
+        &[("half", 0.5)],
+        &["x"],
+        &["value:x"],
+    )
 }
 
 fn device() -> Option<vulkan::Device> {
