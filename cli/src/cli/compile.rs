@@ -1,11 +1,11 @@
 //! `nablac compile TAPE -o FILE [--target T]` (or `nablac TAPE ...`): the main job.
 
 use super::output::Staged;
-use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, ModeArg, PrecisionArg, TargetArg};
+use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, PrecisionArg, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nablac::compile::{CompileOptions, Compiled};
-use nablac::emit::{Mode, Precision, Target};
+use nablac::emit::{Precision, Target};
 use nablac::plan::SegmentOptions;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -50,12 +50,7 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
         Some(PrecisionArg::F64) => c.precision = Precision::F64,
         None => {}
     }
-    c.mode = match o.mode {
-        ModeArg::Price => Mode::Price,
-        // The automatic choice between reverse and forward comes later.
-        ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
-        ModeArg::Forward => Mode::Forward,
-    };
+    c.mode = o.mode.into();
     c.segments = SegmentOptions {
         strategy: o.checkpoint.map_or(c.segments.strategy, Into::into),
         segments: o.segments,

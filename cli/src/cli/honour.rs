@@ -67,29 +67,40 @@ pub fn check_segmenting(s: &Segmenting, given: &Given) -> Result<()> {
     Ok(())
 }
 
+/// The checkpointing options `o` asks for (a strategy other than off, more than one segment,
+/// `--ckpt-nodes`, `--seg-len`, `--scratch-layout`), then the flags of `more` the command line
+/// gave, as the user spelled them.
+fn checkpointing_given(o: &CompileOpts, given: &Given, more: &[(&str, &str)]) -> Vec<String> {
+    let mut unused: Vec<String> = Vec::new();
+    if let Some(c) = o.checkpoint.filter(|&c| c != CheckpointArg::Off) {
+        unused.push(format!("--checkpoint {}", checkpoint_name(c)));
+    }
+    if let Some(n) = o.segments.filter(|&n| n > 1) {
+        unused.push(format!("--segments {n}"));
+    }
+    let flags = [
+        ("ckpt_nodes", "--ckpt-nodes"),
+        ("seg_len", "--seg-len"),
+        ("scratch_layout", "--scratch-layout"),
+    ];
+    for &(id, flag) in flags.iter().chain(more) {
+        if given.has(id) {
+            unused.push(flag.to_string());
+        }
+    }
+    unused
+}
+
 /// The options a compile of a tape for `target` would not use.
 pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<()> {
     if target == Target::Cpu {
         let why =
             "the CPU kernel keeps a path's values in cache and reads only --mode and --precision";
-        let mut unused: Vec<String> = Vec::new();
-        if let Some(c) = o.checkpoint.filter(|&c| c != CheckpointArg::Off) {
-            unused.push(format!("--checkpoint {}", checkpoint_name(c)));
-        }
-        if let Some(n) = o.segments.filter(|&n| n > 1) {
-            unused.push(format!("--segments {n}"));
-        }
-        for (id, flag) in [
-            ("ckpt_nodes", "--ckpt-nodes"),
-            ("seg_len", "--seg-len"),
-            ("scratch_layout", "--scratch-layout"),
-            ("workgroup", "--workgroup"),
-            ("annotate", "--annotate"),
-        ] {
-            if given.has(id) {
-                unused.push(flag.to_string());
-            }
-        }
+        let unused = checkpointing_given(
+            o,
+            given,
+            &[("workgroup", "--workgroup"), ("annotate", "--annotate")],
+        );
         // `--checkpoint scratch` and `--min-blocks N` the compiler refuses itself, with its words.
         if let Some(first) = unused
             .into_iter()
@@ -99,27 +110,8 @@ pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<(
         }
     }
     if matches!(o.mode, ModeArg::Price | ModeArg::Forward) {
-        let mode = if o.mode == ModeArg::Price {
-            "price"
-        } else {
-            "forward"
-        };
-        let mut unused: Vec<String> = Vec::new();
-        if let Some(c) = o.checkpoint.filter(|&c| c != CheckpointArg::Off) {
-            unused.push(format!("--checkpoint {}", checkpoint_name(c)));
-        }
-        if let Some(n) = o.segments.filter(|&n| n > 1) {
-            unused.push(format!("--segments {n}"));
-        }
-        for (id, flag) in [
-            ("ckpt_nodes", "--ckpt-nodes"),
-            ("seg_len", "--seg-len"),
-            ("scratch_layout", "--scratch-layout"),
-        ] {
-            if given.has(id) {
-                unused.push(flag.to_string());
-            }
-        }
+        let mode = Mode::from(o.mode).name();
+        let unused = checkpointing_given(o, given, &[]);
         if let Some(first) = unused.first() {
             bail!(
                 "{first} does nothing with --mode {mode}: a {mode} kernel has no reverse sweep to \
@@ -167,11 +159,7 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
         }
     }
     if given.has("mode") {
-        let asked = match o.mode {
-            ModeArg::Price => Mode::Price,
-            ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
-            ModeArg::Forward => Mode::Forward,
-        };
+        let asked: Mode = o.mode.into();
         if asked != m.mode {
             bail!(
                 "--mode {} cannot apply: {what}; compile its tape with --mode {} and run that",

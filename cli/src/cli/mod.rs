@@ -288,6 +288,18 @@ pub enum CheckpointArg {
     Off,
 }
 
+impl From<ModeArg> for nablac::emit::Mode {
+    fn from(m: ModeArg) -> Self {
+        use nablac::emit::Mode;
+        match m {
+            ModeArg::Price => Mode::Price,
+            // The automatic choice between reverse and forward comes later.
+            ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
+            ModeArg::Forward => Mode::Forward,
+        }
+    }
+}
+
 impl From<CheckpointArg> for nablac::plan::Checkpoint {
     fn from(c: CheckpointArg) -> Self {
         match c {
