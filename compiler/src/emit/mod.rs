@@ -39,15 +39,13 @@
 //!
 //! # The ABI (every target; [`Manifest::params`] lists it)
 //!
-//! Kernel arguments (CUDA, OpenCL) in this order: `inputs` (n_inputs values of the kernel
-//! precision), `partials` (f64, n_groups * n_sums), then the u32 scalars `path_base_lo`,
-//! `path_base_hi`, `paths_lo`, `paths_hi`, `seed_lo`, `seed_hi`, `zero` (always 0), and for the
-//! scratch kernel `scratch` (kernel precision, slots * invocations) and `invocations` (the launch's
-//! thread count). GLSL: `inputs` at set 0 binding 0, `partials` at binding 1, the scalars in the
-//! push-constant block `pc` in the same order at byte offsets 0, 4, ..., 24.
+//! The parameter table is `nablac_abi::manifest::gpu_params` (argument order for CUDA and OpenCL,
+//! descriptor bindings and push-constant offsets for GLSL); the template declares the same
+//! parameters in that order, and hosts bind from the manifest.
 //!
-//! Bit-reproducibility needs the compiler not to fuse multiply-adds: the manifest's
-//! `compile_options` say how (`--fmad=false` for NVRTC; OpenCL carries `FP_CONTRACT OFF`).
+//! Bit-reproducibility needs the compiler not to fuse multiply-adds: the driver options are
+//! `nablac_abi::manifest::compile_options` (`--fmad=false` for NVRTC; OpenCL carries
+//! `FP_CONTRACT OFF` and gets `-cl-fp32-correctly-rounded-divide-sqrt`).
 
 mod body;
 mod dialect;
