@@ -80,6 +80,12 @@ pub struct TapeInfo {
 }
 
 impl TapeInfo {
+    /// Is node `v` in output `o`'s differentiable cone? Every node is with one output (whose cone
+    /// is the active set: combine with activity, as every caller does).
+    pub fn in_cone(&self, o: usize, v: NodeId) -> bool {
+        self.cones.get(o).is_none_or(|cone| cone[v.index()])
+    }
+
     /// The most forward values alive at once (the maximum of `liveness.alive`; 0 for no nodes).
     pub fn max_live(&self) -> u32 {
         self.liveness.alive.iter().copied().max().unwrap_or(0)

@@ -1,7 +1,7 @@
 //! Colouring: which inputs share a tangent direction in forward mode.
 //!
 //! Two inputs *conflict* when some output depends differentiably on both (input node i in output
-//! o's cone, `TapeInfo::cones`; with one output, every active input): their tangents would meet in
+//! o's cone, `TapeInfo::in_cone`; with one output, every active input): their tangents would meet in
 //! that output's tangent and could not be told apart. Inputs that never meet in one output can
 //! share a direction, and each output's tangent in a direction is then the Greek of the one input
 //! of that colour it depends on. The conflict graph (petgraph, one vertex per input that some
@@ -33,7 +33,7 @@ fn dependence(v: &Verified) -> Vec<Vec<bool>> {
         .map(|o| {
             info.input_nodes
                 .iter()
-                .map(|n| active(n.index()) && info.cones.get(o).is_none_or(|cone| cone[n.index()]))
+                .map(|&n| active(n.index()) && info.in_cone(o, n))
                 .collect()
         })
         .collect()

@@ -28,7 +28,7 @@ use crate::ops::{self, Expr, Fun, Rule};
 use crate::passes::{colour_inputs, Colouring};
 use crate::plan::{Activity, Checkpoint, Plan};
 use crate::tape::{DrawKind, Node, NodeId, Tape};
-use crate::verify::Verified;
+use crate::verify::{TapeInfo, Verified};
 use std::ops::Range;
 
 /// A lane of the reverse sweep (today: an output's index).
@@ -289,8 +289,7 @@ struct Builder<'a> {
     tape: &'a Tape,
     live: &'a [bool],
     active: &'a [bool],
-    cones: &'a [Vec<bool>],
-    input_nodes: &'a [NodeId],
+    info: &'a TapeInfo,
     mode: Mode,
     lanes: usize,
 }
@@ -310,7 +309,7 @@ impl Builder<'_> {
 
     /// Does `v` carry an adjoint in lane `o` (active, and in output o's differentiable cone)?
     fn in_lane(&self, v: NodeId, o: Lane) -> bool {
-        self.active(v) && self.cones.get(o).is_none_or(|cone| cone[v.index()])
+        self.active(v) && self.info.in_cone(o, v)
     }
 
     /// Node `v` as an operand: a constant's literal, else the value `name` gives it.
@@ -410,7 +409,7 @@ impl Builder<'_> {
             leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
             leaves.push(Leaf::Square(value));
             if self.mode.has_greeks() {
-                for (i, &v) in self.input_nodes.iter().enumerate() {
+                for (i, &v) in self.info.input_nodes.iter().enumerate() {
                     leaves.push(if self.in_lane(v, o) {
                         greek(o, i)
                     } else {
@@ -424,7 +423,7 @@ impl Builder<'_> {
 
     /// Reverse mode's Greek: output o's lane's adjoint of input i.
     fn adjoint_greek(&self, o: usize, i: usize) -> Leaf {
-        Leaf::Adjoint(self.input_nodes[i], o)
+        Leaf::Adjoint(self.info.input_nodes[i], o)
     }
 
     fn plain(&self) -> Vec<Stmt> {
@@ -651,8 +650,7 @@ impl Schedule {
             tape: v.tape(),
             live: &activity.live,
             active: &activity.active,
-            cones: &v.info().cones,
-            input_nodes: &v.info().input_nodes,
+            info: v.info(),
             mode: opts.mode,
             lanes: lanes(v.tape(), opts.mode, &colouring),
         };
