@@ -27,6 +27,35 @@ pub struct CompileOptions {
     /// `None`: [`DEFAULT_MIN_BLOCKS`] where it was measured to pay (f32 reverse kernels with
     /// register recompute), no hint elsewhere; `Some(0)`: no hint.
     pub min_blocks: Option<u32>,
+    /// Which back end writes the CPU code (target cpu): Cranelift, the reference, by default.
+    pub cpu_backend: CpuBackend,
+}
+
+/// The CPU code's back end: Cranelift (CLIF text, scalar, one path at a time; the reference) or
+/// LLVM (LLVM IR, one path per SIMD lane; feature `llvm`). Both write the same ABI and manifest.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
+pub enum CpuBackend {
+    #[default]
+    Cranelift,
+    Llvm,
+}
+
+impl CpuBackend {
+    /// The fastest back end this build has: LLVM with feature `llvm`, else Cranelift.
+    pub fn fastest() -> CpuBackend {
+        if cfg!(feature = "llvm") {
+            CpuBackend::Llvm
+        } else {
+            CpuBackend::Cranelift
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuBackend::Cranelift => "cranelift",
+            CpuBackend::Llvm => "llvm",
+        }
+    }
 }
 
 /// CUDA launch bounds of f32 register-checkpointed kernels: 4 resident workgroups of 128 per
@@ -72,6 +101,7 @@ impl CompileOptions {
             scratch_layout: ScratchLayout::Soa,
             annotate: false,
             min_blocks: None,
+            cpu_backend: CpuBackend::Cranelift,
         }
     }
 }
@@ -105,6 +135,9 @@ pub enum CompileError {
     Emit(#[from] EmitError),
     #[error(transparent)]
     Clif(#[from] ClifError),
+    #[cfg(feature = "llvm")]
+    #[error(transparent)]
+    Llvm(#[from] crate::llvm::LlvmError),
 }
 
 /// The most resident workgroups per multiprocessor a launch-bounds hint may ask for (the
@@ -164,17 +197,37 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
         // (The emitter refuses it for OpenCL and GLSL.)
         return refuse("--min-blocks", "it has no launch bounds (they are CUDA's)");
     }
+    if opts.cpu_backend == CpuBackend::Llvm && opts.target != Target::Cpu {
+        return refuse(
+            "--cpu-backend llvm",
+            "it chooses the back end of CPU code (target cpu)",
+        );
+    }
     let plan = crate::passes::plan(tape, &opts.segments);
     let (source, manifest) = match opts.target {
         Target::Cpu => {
-            let k = crate::clif::emit(
-                tape,
-                &crate::clif::Options {
-                    mode: opts.mode,
-                    precision: opts.precision,
-                },
-            )?;
-            (k.source, k.manifest)
+            let o = crate::clif::Options {
+                mode: opts.mode,
+                precision: opts.precision,
+            };
+            match opts.cpu_backend {
+                CpuBackend::Cranelift => {
+                    let k = crate::clif::emit(tape, &o)?;
+                    (k.source, k.manifest)
+                }
+                #[cfg(feature = "llvm")]
+                CpuBackend::Llvm => {
+                    let k = crate::llvm::emit(tape, &o)?;
+                    (k.source, k.manifest)
+                }
+                #[cfg(not(feature = "llvm"))]
+                CpuBackend::Llvm => {
+                    return refuse(
+                        "--cpu-backend llvm",
+                        "this build has no LLVM back end (build nablac with --features llvm)",
+                    )
+                }
+            }
         }
         target => {
             let k = crate::emit::emit(

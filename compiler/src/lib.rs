@@ -14,6 +14,8 @@ pub mod compile;
 pub mod corpus;
 pub mod emit;
 pub mod format;
+#[cfg(feature = "llvm")]
+pub mod llvm;
 pub mod ops;
 pub mod passes;
 pub mod plan;

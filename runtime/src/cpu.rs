@@ -70,8 +70,13 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
     Ok(row)
 }
 
-/// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it.
+/// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it;
+/// or, LLVM IR text (told apart by its first line, `crate::llvm::is_llvm_ir`), JIT-compiles it
+/// through LLVM (feature `llvm`; without it such a kernel is refused, naming the feature).
 pub fn load(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
+    if source.trim_start().starts_with("; ModuleID") {
+        return load_llvm(source, manifest);
+    }
     let funcs = cranelift_reader::parse_functions(source)
         .map_err(|e| RuntimeError::Kernel(format!("CLIF does not parse: {e}")))?;
     let [func] = <[Function; 1]>::try_from(funcs).map_err(|f| {
@@ -85,6 +90,43 @@ pub fn load(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError>
         )));
     }
     compile(func, manifest)
+}
+
+#[cfg(feature = "llvm")]
+fn load_llvm(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
+    check_cpu_target(manifest)?;
+    let row = row_len(manifest)?;
+    let (jit, address) = crate::llvm::compile(source, manifest)?;
+    // SAFETY: `crate::llvm::compile` checked the entry point's type against the ABI; the C
+    // calling convention of the LLVM function is the host's.
+    let entry = unsafe { std::mem::transmute::<usize, Entry>(address) };
+    Ok(Compiled {
+        module: None,
+        _llvm: Some(jit),
+        entry,
+        precision: manifest.precision,
+        n_inputs: manifest.inputs.len(),
+        row,
+    })
+}
+
+#[cfg(not(feature = "llvm"))]
+fn load_llvm(_: &str, _: &Manifest) -> Result<Compiled, RuntimeError> {
+    Err(RuntimeError::Kernel(
+        "this kernel is LLVM IR (nablac's LLVM CPU back end), and this build of the runtime has \
+         no LLVM JIT: build it with `--features llvm`"
+            .into(),
+    ))
+}
+
+fn check_cpu_target(manifest: &Manifest) -> Result<(), RuntimeError> {
+    if manifest.target != Target::Cpu {
+        return Err(RuntimeError::Manifest(format!(
+            "target is {}, the CPU backend loads cpu",
+            manifest.target.name()
+        )));
+    }
+    Ok(())
 }
 
 mod libm {
@@ -155,6 +197,10 @@ type Entry = unsafe extern "C" fn(*const u8, u64, u64, u64, *mut f64);
 /// A JIT-compiled CPU kernel: callable from any number of threads at once.
 pub struct Compiled {
     module: Option<JITModule>,
+    /// The LLVM module that owns `entry`'s code, for an LLVM kernel (held, never read: dropping
+    /// it frees the code).
+    #[cfg(feature = "llvm")]
+    _llvm: Option<crate::llvm::Jit>,
     entry: Entry,
     precision: Precision,
     n_inputs: usize,
@@ -192,12 +238,7 @@ fn bad(what: impl Into<String>) -> RuntimeError {
 /// Checks `func` against the ABI and `manifest`, then compiles it for the host. Errors name the
 /// broken rule; never panics on a malformed function.
 pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
-    if manifest.target != Target::Cpu {
-        return Err(RuntimeError::Manifest(format!(
-            "target is {}, the CPU backend loads cpu",
-            manifest.target.name()
-        )));
-    }
+    check_cpu_target(manifest)?;
     let n_inputs = manifest.inputs.len();
     let row = row_len(manifest)?;
     let ty = match manifest.precision {
@@ -308,6 +349,8 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
     let entry = unsafe { std::mem::transmute::<*const u8, Entry>(ptr) };
     Ok(Compiled {
         module: Some(module),
+        #[cfg(feature = "llvm")]
+        _llvm: None,
         entry,
         precision: manifest.precision,
         n_inputs,

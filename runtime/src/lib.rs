@@ -34,6 +34,8 @@
 //! threads in 1024-aligned chunks.
 
 pub mod cpu;
+#[cfg(feature = "llvm")]
+pub mod llvm;
 pub use nablac_abi::{manifest, philox, report};
 
 pub use manifest::{Manifest, Mode, Precision, Target};

@@ -86,7 +86,7 @@ pub fn sums(tape: &Tape, mode: Mode) -> Vec<String> {
 
 /// The one limit of the CPU code beyond the tape's rules: its row and input offsets fit the
 /// lowering's 32-bit displacements.
-fn check_size(tape: &Tape) -> Result<(), ClifError> {
+pub(crate) fn check_size(tape: &Tape) -> Result<(), ClifError> {
     if tape.len() > u32::MAX as usize / 64 || tape.inputs.len() > (i32::MAX / 8) as usize {
         return Err(ClifError::Tape {
             rule: "the tape fits the CPU code's offsets",

@@ -1,0 +1,804 @@
+//! Schedule → LLVM module: the block function of the CPU target (ABI in `crate::clif`'s module
+//! doc, the same for both CPU back ends), one path per SIMD lane.
+//!
+//! ```text
+//! entry(inputs, seed, first_path, count, out):
+//!     every definition of the schedule that does not depend on a draw, splat over the lanes
+//!     count != 0 → loop, exit
+//! loop(i):                                ; W paths per iteration: first_path + i + lane
+//!     normals(j): draws j, j+1 of the W paths in one 2W-lane call (two independent chains
+//!     for the core to overlap), into a stack array (when most normal indices are used)
+//!     the path-dependent definitions (draws: loads from that array, or calls of the W-lane
+//!     nablac_normal / nablac_uniform: vector Philox4x32-10 and Box–Muller), tangents, seeds
+//!     and adjoint applications, as the schedule orders them
+//!     the leaves: lane j's row to out[(i + j) * row ..] (a last, partial group goes through a
+//!     stack buffer and a copy of its live rows)
+//!     i + W < count → loop, exit
+//! ```
+//!
+//! Every value is a `<W x T>` vector (W = 4 in f64, 8 in f32: AVX2's width). The rules are
+//! evaluated exactly as `clif::lower` evaluates them (no FMA contraction, no reassociation: the
+//! instructions carry no fast-math flags), so the two back ends differ only where the vector
+//! math functions (`math.rs`) round differently from the host libm.
+
+use super::math::{self, Func, Vt, R, V};
+use super::LlvmError;
+use crate::emit::manifest::{Mode, Precision};
+use crate::ops::{self, Arith, Cmp, Cond, Expr, Fun, Step};
+use crate::philox::{M0, M1, W0, W1};
+use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
+use crate::tape::{DrawKind, NodeId};
+use crate::verify::Verified;
+use inkwell::builder::{Builder, BuilderError};
+use inkwell::context::Context;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::VectorType;
+use inkwell::values::{FunctionValue, IntValue, VectorValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+
+/// The lanes of a kernel in `precision`: 4 f64 or 8 f32 (one AVX2 register).
+pub fn lanes(precision: Precision) -> u32 {
+    match precision {
+        Precision::F64 => 4,
+        Precision::F32 => 8,
+    }
+}
+
+type Vv<'ctx> = VectorValue<'ctx>;
+
+/// The values of the schedule's names so far (as `clif::lower::Values`).
+struct Values<'ctx> {
+    val: Vec<Option<Vv<'ctx>>>,
+    adj: Vec<Option<Vv<'ctx>>>,
+    lanes: usize,
+}
+
+fn missing(what: &str) -> BuilderError {
+    // A schedule that reads a name before defining it breaks `crate::schedule`'s guarantee; the
+    // builder error turns into an `LlvmError` naming it rather than a panic.
+    let _ = what;
+    BuilderError::UnsetPosition
+}
+
+impl<'ctx> Values<'ctx> {
+    fn operand(&self, v: &V<'_, 'ctx>, x: Operand) -> R<Vv<'ctx>> {
+        match x {
+            Operand::Lit(c) => Ok(v.splat(c)),
+            Operand::Var(Var::Value(n)) => self.val[n.index()].ok_or_else(|| missing("value")),
+            Operand::Var(Var::Tangent(n, lane)) => {
+                self.adj[n.index() * self.lanes + lane].ok_or_else(|| missing("tangent"))
+            }
+            Operand::Var(Var::Copy(_)) => Err(missing("opaque copy")),
+        }
+    }
+
+    fn adjoint(&self, v: &V<'_, 'ctx>, n: NodeId, lane: usize) -> Vv<'ctx> {
+        self.adj[n.index() * self.lanes + lane].unwrap_or_else(|| v.splat(0.0))
+    }
+}
+
+/// The vector value of rule expression `e` over `x` = [A, B, C, D] (`crate::ops`).
+fn expr<'ctx>(v: &V<'_, 'ctx>, e: &Expr, x: &[Option<Vv<'ctx>>; 4]) -> R<Vv<'ctx>> {
+    let operand = |i: usize| x[i].ok_or_else(|| missing("rule operand"));
+    Ok(match *e {
+        Expr::A => operand(0)?,
+        Expr::B => operand(1)?,
+        Expr::C => operand(2)?,
+        Expr::D => operand(3)?,
+        Expr::Lit(c) => v.splat(c),
+        Expr::Neg(y) => v.neg(expr(v, y, x)?)?,
+        Expr::Arith(op, y, z) => {
+            let (y, z) = (expr(v, y, x)?, expr(v, z, x)?);
+            match op {
+                Arith::Add => v.add(y, z)?,
+                Arith::Sub => v.sub(y, z)?,
+                Arith::Mul => v.mul(y, z)?,
+                Arith::Div => v.div(y, z)?,
+            }
+        }
+        Expr::Call(f, y) => {
+            let y = expr(v, y, x)?;
+            match f {
+                Fun::Exp => math::call(v, Func::Exp, &[y])?,
+                Fun::Log => math::call(v, Func::Log, &[y])?,
+                Fun::Sqrt => v.sqrt(y)?,
+                Fun::Abs => v.fabs(y)?,
+                Fun::Tanh => math::call(v, Func::Tanh, &[y])?,
+                Fun::Erfc => math::call(v, Func::Erfc, &[y])?,
+            }
+        }
+        Expr::Pow(y, z) => {
+            let (y, z) = (expr(v, y, x)?, expr(v, z, x)?);
+            math::call(v, Func::Pow, &[y, z])?
+        }
+        Expr::Nan => v.splat(f64::NAN),
+        Expr::Select(c, y, z) => {
+            let c = cond(v, &c, x)?;
+            let (y, z) = (expr(v, y, x)?, expr(v, z, x)?);
+            v.select(c, y, z)?
+        }
+    })
+}
+
+/// The lane mask of rule condition `c` (ordered comparisons: false when a side is NaN).
+fn cond<'ctx>(v: &V<'_, 'ctx>, c: &Cond, x: &[Option<Vv<'ctx>>; 4]) -> R<Vv<'ctx>> {
+    let (l, r) = (expr(v, c.lhs, x)?, expr(v, c.rhs, x)?);
+    let p = match c.cmp {
+        Cmp::Lt => FloatPredicate::OLT,
+        Cmp::Le => FloatPredicate::OLE,
+        Cmp::Gt => FloatPredicate::OGT,
+        Cmp::Ge => FloatPredicate::OGE,
+    };
+    v.cmp(p, l, r)
+}
+
+/// One adjoint step (as `clif::lower::step`): a guarded step selects per lane.
+fn step<'ctx>(
+    v: &V<'_, 'ctx>,
+    vals: &mut Values<'ctx>,
+    adj: &Adjoint,
+    s: &Step,
+    x: &[Option<Vv<'ctx>>; 4],
+    guard: Option<Vv<'ctx>>,
+) -> R<()> {
+    match s {
+        Step::Acc(acc) => {
+            let Some(a) = adj.to[acc.arg.index()] else {
+                return Ok(());
+            };
+            let old = vals.adjoint(v, a, adj.lane);
+            let c = expr(v, &acc.expr, x)?;
+            let new = if acc.sub {
+                v.sub(old, c)?
+            } else {
+                v.add(old, c)?
+            };
+            let new = match guard {
+                None => new,
+                Some(g) => v.select(g, new, old)?,
+            };
+            vals.adj[a.index() * vals.lanes + adj.lane] = Some(new);
+        }
+        Step::If(c, then, otherwise) => {
+            let flag = cond(v, c, x)?;
+            let not_flag = v.b.build_not(flag, "")?;
+            let (t, e) = match guard {
+                None => (flag, not_flag),
+                Some(g) => (v.b.build_and(g, flag, "")?, v.b.build_and(g, not_flag, "")?),
+            };
+            step(v, vals, adj, &Step::Acc(*then), x, Some(t))?;
+            if let Some(o) = otherwise {
+                step(v, vals, adj, o, x, Some(e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A tangent definition's term for one step (as `clif::lower::tangent_term`).
+fn tangent_term<'ctx>(
+    v: &V<'_, 'ctx>,
+    vals: &Values<'ctx>,
+    t: &Tangent,
+    s: &Step,
+    x: &[Option<Vv<'ctx>>; 4],
+) -> R<Option<(Vv<'ctx>, bool)>> {
+    let acc = |a: &ops::Acc| -> R<Option<(Vv<'ctx>, bool)>> {
+        let Some(d) = t.from[a.arg.index()] else {
+            return Ok(None);
+        };
+        let x = [x[0], x[1], x[2], Some(vals.operand(v, d)?)];
+        Ok(Some((expr(v, &a.expr, &x)?, a.sub)))
+    };
+    match s {
+        Step::Acc(a) => acc(a),
+        Step::If(c, then, otherwise) => {
+            let flag = cond(v, c, x)?;
+            let then = acc(then)?;
+            let other = match otherwise {
+                Some(o) => tangent_term(v, vals, t, o, x)?,
+                None => None,
+            };
+            if then.is_none() && other.is_none() {
+                return Ok(None);
+            }
+            let arm = |term: Option<(Vv<'ctx>, bool)>| -> R<Vv<'ctx>> {
+                match term {
+                    None => Ok(v.splat(0.0)),
+                    Some((y, true)) => v.neg(y),
+                    Some((y, false)) => Ok(y),
+                }
+            };
+            let (a, b) = (arm(then)?, arm(other)?);
+            Ok(Some((v.select(flag, a, b)?, false)))
+        }
+    }
+}
+
+/// A tangent definition: its terms summed in step order.
+fn tangent<'ctx>(v: &V<'_, 'ctx>, vals: &Values<'ctx>, t: &Tangent) -> R<Vv<'ctx>> {
+    let op = |x: Option<Operand>| x.map(|x| vals.operand(v, x)).transpose();
+    let x = [op(t.x[0])?, op(t.x[1])?, op(t.x[2])?, None];
+    let mut sum: Option<Vv<'ctx>> = None;
+    for s in t.rule.adjoint {
+        let Some((y, sub)) = tangent_term(v, vals, t, s, &x)? else {
+            continue;
+        };
+        sum = Some(match (sum, sub) {
+            (None, false) => y,
+            (None, true) => v.neg(y)?,
+            (Some(acc), false) => v.add(acc, y)?,
+            (Some(acc), true) => v.sub(acc, y)?,
+        });
+    }
+    Ok(sum.unwrap_or_else(|| v.splat(0.0)))
+}
+
+/// `nablac_normal` / `nablac_uniform(plo, phi, k, keys)`: draw `k` of the lanes' paths (their
+/// index halves and `k` in 64-bit lanes) under the round keys `keys[0..20]` (`round_keys`),
+/// exactly as `crate::philox` (TAPE-FORMAT.md, Draws).
+fn draw_function<'ctx>(t: Vt<'ctx>, m: &Module<'ctx>, kind: DrawKind) -> R<FunctionValue<'ctx>> {
+    let name = match kind {
+        DrawKind::Normal => format!("nablac_normal_{}", t.w),
+        DrawKind::Uniform => format!("nablac_uniform_{}", t.w),
+    };
+    if let Some(f) = m.get_function(&name) {
+        return Ok(f);
+    }
+    let w64 = t.cx.i64_type().vec_type(t.w);
+    let keys = w64.ptr_type(AddressSpace::default());
+    let f = m.add_function(
+        &name,
+        t.fty
+            .fn_type(&[w64.into(), w64.into(), w64.into(), keys.into()], false),
+        Some(Linkage::Internal),
+    );
+    let b = t.cx.create_builder();
+    b.position_at_end(t.cx.append_basic_block(f, "entry"));
+    let v = V { t, b: &b, m };
+    let p = |i: u32| {
+        f.get_nth_param(i)
+            .map(|p| p.into_vector_value())
+            .ok_or(BuilderError::UnsetPosition)
+    };
+    let (plo, phi, k) = (p(0)?, p(1)?, p(2)?);
+    let keys = f
+        .get_nth_param(3)
+        .ok_or(BuilderError::UnsetPosition)?
+        .into_pointer_value();
+    let uniform = kind == DrawKind::Uniform;
+    let stream = VectorType::const_vector(&vec![
+        t.cx.i64_type()
+            .const_int(u64::from(uniform), false);
+        t.w as usize
+    ]);
+    let x = philox(&v, [k, plo, phi, stream], keys)?;
+    let y = box_muller(&v, x, uniform)?;
+    b.build_return(Some(&y))?;
+    Ok(f)
+}
+
+/// Philox4x32-10 over the lanes. Every 32-bit word lives in a 64-bit lane (high half zero), so
+/// a round's products are single widening multiplies (`vpmuludq`), their halves a shift and a
+/// mask, and no word is ever repacked: the words come back in those 64-bit lanes. Round r's keys
+/// are `keys[2r]`, `keys[2r + 1]` (made once per call of the kernel, `round_keys`).
+fn philox<'ctx>(
+    v: &V<'_, 'ctx>,
+    counter: [Vv<'ctx>; 4],
+    keys: inkwell::values::PointerValue<'ctx>,
+) -> R<[Vv<'ctx>; 4]> {
+    let b = v.b;
+    let w64 = v.t.cx.i64_type().vec_type(v.t.w);
+    let wide = |c: u64| {
+        VectorType::const_vector(&vec![v.t.cx.i64_type().const_int(c, false); v.t.w as usize])
+    };
+    let (m0, m1, s32, low) = (
+        wide(u64::from(M0)),
+        wide(u64::from(M1)),
+        wide(32),
+        wide(0xffff_ffff),
+    );
+    let _ = w64;
+    let [mut c0, mut c1, mut c2, mut c3] = counter;
+    let i64t = v.t.cx.i64_type();
+    let key = |j: u64| -> R<Vv<'ctx>> {
+        // SAFETY (generated code): `keys` holds the 20 round keys.
+        let p = unsafe { b.build_in_bounds_gep(keys, &[i64t.const_int(j, false)], "")? };
+        Ok(b.build_load(p, "")?.into_vector_value())
+    };
+    for r in 0..10u64 {
+        let (k0, k1) = (key(2 * r)?, key(2 * r + 1)?);
+        // The masks tell LLVM the high halves are zero (its `vpmuludq` pattern); they cost
+        // nothing, the multiply reads only the low halves.
+        let p0 = b.build_int_mul(b.build_and(c0, low, "")?, m0, "")?;
+        let p1 = b.build_int_mul(b.build_and(c2, low, "")?, m1, "")?;
+        let hi0 = b.build_right_shift(p0, s32, false, "")?;
+        let lo0 = b.build_and(p0, low, "")?;
+        let hi1 = b.build_right_shift(p1, s32, false, "")?;
+        let lo1 = b.build_and(p1, low, "")?;
+        let n0 = b.build_xor(b.build_xor(hi1, c1, "")?, k0, "")?;
+        let n2 = b.build_xor(b.build_xor(hi0, c3, "")?, k1, "")?;
+        (c0, c1, c2, c3) = (n0, lo1, n2, lo0);
+    }
+    Ok([c0, c1, c2, c3])
+}
+
+/// Exact f64 of 64-bit lanes below 2^52: `bits(2^52) | x` read as a double, minus 2^52.
+fn small_u64_to_f64<'ctx>(v: &V<'_, 'ctx>, x: Vv<'ctx>) -> R<Vv<'ctx>> {
+    let b = v.b;
+    let f64v = v.t.cx.f64_type().vec_type(v.t.w);
+    let magic = VectorType::const_vector(&vec![
+        v.t.cx
+            .i64_type()
+            .const_int(0x4330_0000_0000_0000, false);
+        v.t.w as usize
+    ]);
+    let y = b
+        .build_bit_cast(b.build_or(x, magic, "")?, f64v, "")?
+        .into_vector_value();
+    let two52 = VectorType::const_vector(&vec![
+        v.t.cx.f64_type().const_float(2f64.powi(52));
+        v.t.w as usize
+    ]);
+    b.build_float_sub(y, two52, "")
+}
+
+/// The Philox words (in 64-bit lanes) to a uniform, or through Box–Muller to a normal (every
+/// step in the kernel precision, in `clif::lower::draw`'s order, so the bits are the same up to
+/// `log` and `cos`).
+fn box_muller<'ctx>(v: &V<'_, 'ctx>, x: [Vv<'ctx>; 4], uniform: bool) -> R<Vv<'ctx>> {
+    let b = v.b;
+    let wide = |c: u64| {
+        VectorType::const_vector(&vec![v.t.cx.i64_type().const_int(c, false); v.t.w as usize])
+    };
+    let shr = |w: Vv<'ctx>, s: u64| b.build_right_shift(w, wide(s), false, "");
+    let (u1, u2) = if v.t.f64 {
+        // ((hi << 32 | lo) >> s) as f64 = hi 2^(32-s) + (lo >> s), exact below 2^53.
+        let word = |hi: Vv<'ctx>, lo: Vv<'ctx>, s: u64| -> R<Vv<'ctx>> {
+            let h = small_u64_to_f64(v, hi)?;
+            let l = small_u64_to_f64(v, shr(lo, s)?)?;
+            v.fma(h, v.splat(2f64.powi(32 - s as i32)), l)
+        };
+        let (scale, s) = if uniform {
+            (2f64.powi(-52), 12)
+        } else {
+            (2f64.powi(-53), 11)
+        };
+        let u1 = v.mul(v.add(word(x[0], x[1], s)?, v.splat(0.5))?, v.splat(scale))?;
+        (u1, word(x[2], x[3], 11)?)
+    } else {
+        // Below 2^24, so exact as f32.
+        let f = |w: Vv<'ctx>, s: u64| -> R<Vv<'ctx>> {
+            let w = b.build_int_truncate(shr(w, s)?, v.t.i32ty, "")?;
+            v.i32_to_float(w)
+        };
+        let (scale, s) = if uniform {
+            (2f64.powi(-23), 9)
+        } else {
+            (2f64.powi(-24), 8)
+        };
+        let u1 = v.mul(v.add(f(x[0], s)?, v.splat(0.5))?, v.splat(scale))?;
+        (u1, f(x[1], 8)?)
+    };
+    if uniform {
+        return Ok(u1);
+    }
+    let scale = if v.t.f64 {
+        2f64.powi(-53)
+    } else {
+        2f64.powi(-24)
+    };
+    let u2 = v.mul(u2, v.splat(scale))?;
+    let l = math::call(v, Func::Log, &[u1])?;
+    let r = v.sqrt(v.mul(v.splat(-2.0), l)?)?;
+    let tau = if v.t.f64 {
+        std::f64::consts::TAU
+    } else {
+        f64::from(std::f32::consts::TAU)
+    };
+    let c = math::call(v, Func::Cos, &[v.mul(v.splat(tau), u2)?])?;
+    v.mul(r, c)
+}
+
+/// The 20 Philox round keys of `seed` (`(seed mod 2^32 + r W0, seed div 2^32 + r W1)` mod 2^32
+/// for r = 0..10), each in 64-bit lanes, stored in a stack array of the entry block; returns it.
+fn round_keys<'ctx>(
+    b: &Builder<'ctx>,
+    cx: &'ctx Context,
+    w: u32,
+    seed: IntValue<'ctx>,
+) -> R<inkwell::values::PointerValue<'ctx>> {
+    let (i64t, i32t) = (cx.i64_type(), cx.i32_type());
+    let w64 = i64t.vec_type(w);
+    let keys = b.build_array_alloca(w64, i64t.const_int(20, false), "keys")?;
+    let lo = b.build_int_truncate(seed, i32t, "")?;
+    let hi = b.build_int_truncate(
+        b.build_right_shift(seed, i64t.const_int(32, false), false, "")?,
+        i32t,
+        "",
+    )?;
+    for r in 0..10u32 {
+        for (j, (half, inc)) in [(lo, W0), (hi, W1)].into_iter().enumerate() {
+            let k = b.build_int_add(
+                half,
+                i32t.const_int(u64::from(inc.wrapping_mul(r)), false),
+                "",
+            )?;
+            let k = b.build_int_z_extend(k, i64t, "")?;
+            let k = splat_value(b, w64, k.into())?;
+            // SAFETY (generated code): index 2r + j < 20.
+            let p = unsafe {
+                b.build_in_bounds_gep(
+                    keys,
+                    &[i64t.const_int(u64::from(2 * r) + j as u64, false)],
+                    "",
+                )?
+            };
+            b.build_store(p, k)?;
+        }
+    }
+    Ok(keys)
+}
+
+/// `x` in every lane.
+fn splat_value<'ctx>(
+    b: &Builder<'ctx>,
+    ty: VectorType<'ctx>,
+    x: inkwell::values::BasicValueEnum<'ctx>,
+) -> R<Vv<'ctx>> {
+    let zero = b.build_insert_element(
+        ty.get_undef(),
+        x,
+        ty.get_context().i32_type().const_zero(),
+        "",
+    )?;
+    b.build_shuffle_vector(
+        zero,
+        ty.get_undef(),
+        ty.get_context()
+            .i32_type()
+            .vec_type(ty.get_size())
+            .const_zero(),
+        "",
+    )
+}
+
+/// Builds the module of the block function `name` for `v` in `mode`, `precision`.
+pub(super) fn lower<'ctx>(
+    cx: &'ctx Context,
+    v: &Verified,
+    mode: Mode,
+    precision: Precision,
+    name: &str,
+) -> Result<Module<'ctx>, LlvmError> {
+    let m = cx.create_module("nablac");
+    build(cx, &m, v, mode, precision, name).map_err(|e| LlvmError::Build(e.to_string()))?;
+    m.verify()
+        .map_err(|e| LlvmError::Build(format!("the module does not verify: {e}")))?;
+    Ok(m)
+}
+
+fn build<'ctx>(
+    cx: &'ctx Context,
+    m: &Module<'ctx>,
+    verified: &Verified,
+    mode: Mode,
+    precision: Precision,
+    name: &str,
+) -> R<()> {
+    let tape = verified.tape();
+    let schedule = Schedule::plain(verified, ScheduleOptions::new(mode));
+    let w = lanes(precision);
+    let t = Vt::new(cx, precision == Precision::F64, w);
+    let (i64t, i32t) = (cx.i64_type(), cx.i32_type());
+    let scalar = if t.f64 {
+        cx.f64_type().into()
+    } else {
+        cx.f32_type().into()
+    };
+    let _: inkwell::types::BasicTypeEnum = scalar;
+    let in_ptr = match scalar {
+        inkwell::types::BasicTypeEnum::FloatType(f) => f.ptr_type(AddressSpace::default()),
+        _ => return Err(missing("float type")),
+    };
+    let out_ptr = cx.f64_type().ptr_type(AddressSpace::default());
+    let fty = cx.void_type().fn_type(
+        &[
+            in_ptr.into(),
+            i64t.into(),
+            i64t.into(),
+            i64t.into(),
+            out_ptr.into(),
+        ],
+        false,
+    );
+    let f = m.add_function(name, fty, None);
+    let b = cx.create_builder();
+    let entry = cx.append_basic_block(f, "entry");
+    let body = cx.append_basic_block(f, "paths");
+    let partial = cx.append_basic_block(f, "partial");
+    let next = cx.append_basic_block(f, "next");
+    let exit = cx.append_basic_block(f, "exit");
+    b.position_at_end(entry);
+    let v = V { t, b: &b, m };
+    let param = |i: u32| f.get_nth_param(i).ok_or_else(|| missing("parameter"));
+    let inputs = param(0)?.into_pointer_value();
+    let seed = param(1)?.into_int_value();
+    let first = param(2)?.into_int_value();
+    let count = param(3)?.into_int_value();
+    let out = param(4)?.into_pointer_value();
+
+    let leaves = match schedule.body.last() {
+        Some(Stmt::Leaves(l)) => l.clone(),
+        _ => return Err(missing("leaves")),
+    };
+    let row = leaves.len() as u64;
+    let buf = b.build_array_alloca(
+        cx.f64_type(),
+        i64t.const_int(row * u64::from(w), false),
+        "rows",
+    )?;
+    let keys = round_keys(&b, cx, w, seed)?;
+    // Normal draws, when most indices below the highest are used: made two at a time in a loop
+    // at the top of each group (one call of the 2W-lane draw: two independent Philox and
+    // Box-Muller chains interleaved, which the core overlaps), kept in a stack array.
+    let mut normal_used = vec![false; tape.n_draws as usize];
+    schedule.walk(&mut |s| {
+        if let Stmt::Define {
+            def:
+                Def::Draw {
+                    kind: DrawKind::Normal,
+                    index,
+                    ..
+                },
+            ..
+        } = s
+        {
+            if let Some(u) = normal_used.get_mut(*index as usize) {
+                *u = true;
+            }
+        }
+    });
+    let n_normals = normal_used.iter().rposition(|&u| u).map_or(0, |k| k + 1);
+    let batched = n_normals >= 2 && 2 * normal_used.iter().filter(|&&u| u).count() >= n_normals;
+    let n_even = n_normals.div_ceil(2) * 2;
+    let batch = if batched {
+        let t2 = Vt::new(cx, t.f64, 2 * w);
+        let keys2 = round_keys(&b, cx, 2 * w, seed)?;
+        let store = b.build_array_alloca(t.fty, i64t.const_int(n_even as u64, false), "normals")?;
+        Some((t2, keys2, store))
+    } else {
+        None
+    };
+    let mut vals = Values {
+        val: vec![None; tape.len()],
+        adj: vec![None; tape.len() * schedule.lanes],
+        lanes: schedule.lanes,
+    };
+    let varying = &verified.info().path_dependent;
+    // Definitions that read no draw: once, in the entry block.
+    for s in &schedule.body {
+        if let Stmt::Define { node, def, .. } = s {
+            if !varying[node.index()] {
+                let x = match *def {
+                    Def::Input(k) => {
+                        // SAFETY (of the generated code): the ABI gives one T per input.
+                        let p = unsafe {
+                            b.build_gep(inputs, &[i64t.const_int(u64::from(k), false)], "")?
+                        };
+                        let x = b.build_load(p, "")?;
+                        splat_value(&b, t.fty, x)?
+                    }
+                    Def::Draw { .. } => return Err(missing("a path-independent draw")),
+                    Def::Rule { rule, args } => {
+                        let op = |a: Option<Operand>| a.map(|a| vals.operand(&v, a)).transpose();
+                        let x = [op(args[0])?, op(args[1])?, None, None];
+                        expr(&v, &rule.value, &x)?
+                    }
+                };
+                vals.val[node.index()] = Some(x);
+            }
+        }
+    }
+    let nonzero = b.build_int_compare(IntPredicate::NE, count, i64t.const_zero(), "")?;
+    b.build_conditional_branch(nonzero, body, exit)?;
+
+    b.position_at_end(body);
+    let i = b.build_phi(i64t, "i")?;
+    i.add_incoming(&[(&i64t.const_zero(), entry)]);
+    let iv = i.as_basic_value().into_int_value();
+    let base = b.build_int_add(first, iv, "")?;
+    let w64 = i64t.vec_type(w);
+    let iota = VectorType::const_vector(
+        &(0..u64::from(w))
+            .map(|j| i64t.const_int(j, false))
+            .collect::<Vec<_>>(),
+    );
+    let paths = b.build_int_add(splat_value(&b, w64, base.into())?, iota, "")?;
+    // The path index's halves, each in 64-bit lanes (the draws' counter words).
+    let plo = b.build_and(
+        paths,
+        VectorType::const_vector(&vec![i64t.const_int(0xffff_ffff, false); w as usize]),
+        "",
+    )?;
+    let phi = b.build_right_shift(
+        paths,
+        VectorType::const_vector(&vec![i64t.const_int(32, false); w as usize]),
+        false,
+        "",
+    )?;
+    if let Some((t2, keys2, store)) = batch {
+        let pre = b.get_insert_block().ok_or_else(|| missing("block"))?;
+        let lp = cx.append_basic_block(f, "normals");
+        let after = cx.append_basic_block(f, "path_body");
+        b.build_unconditional_branch(lp)?;
+        b.position_at_end(lp);
+        let j = b.build_phi(i64t, "j")?;
+        j.add_incoming(&[(&i64t.const_zero(), pre)]);
+        let jv = j.as_basic_value().into_int_value();
+        let both: Vec<_> = (0..2 * w)
+            .map(|l| i32t.const_int(u64::from(l % w), false))
+            .collect();
+        let both = VectorType::const_vector(&both);
+        let plo2 = b.build_shuffle_vector(plo, plo, both, "")?;
+        let phi2 = b.build_shuffle_vector(phi, phi, both, "")?;
+        let step: Vec<_> = (0..2 * w)
+            .map(|l| i64t.const_int(u64::from(l / w), false))
+            .collect();
+        let k2 = b.build_int_add(
+            splat_value(&b, i64t.vec_type(2 * w), jv.into())?,
+            VectorType::const_vector(&step),
+            "",
+        )?;
+        let g = draw_function(t2, m, DrawKind::Normal)?;
+        let y = b
+            .build_call(g, &[plo2.into(), phi2.into(), k2.into(), keys2.into()], "")?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(|| missing("draw"))?
+            .into_vector_value();
+        for half in 0..2u32 {
+            let lanes: Vec<_> = (0..w)
+                .map(|l| i32t.const_int(u64::from(half * w + l), false))
+                .collect();
+            let part = b.build_shuffle_vector(y, y, VectorType::const_vector(&lanes), "")?;
+            let at = b.build_int_add(jv, i64t.const_int(u64::from(half), false), "")?;
+            // SAFETY (generated code): j + half < n_even, the array's length.
+            let p = unsafe { b.build_in_bounds_gep(store, &[at], "")? };
+            b.build_store(p, part)?;
+        }
+        let jn = b.build_int_add(jv, i64t.const_int(2, false), "")?;
+        j.add_incoming(&[(&jn, lp)]);
+        let more = b.build_int_compare(
+            IntPredicate::ULT,
+            jn,
+            i64t.const_int(n_even as u64, false),
+            "",
+        )?;
+        b.build_conditional_branch(more, lp, after)?;
+        b.position_at_end(after);
+    }
+    for s in &schedule.body {
+        match s {
+            Stmt::Define { node, def, .. } => {
+                if !varying[node.index()] {
+                    continue;
+                }
+                let x = match *def {
+                    Def::Draw {
+                        kind: DrawKind::Normal,
+                        index,
+                        ..
+                    } if batch.is_some() => {
+                        let store = batch.map(|b| b.2).ok_or_else(|| missing("normals"))?;
+                        // SAFETY (generated code): index < n_normals <= the array's length.
+                        let p = unsafe {
+                            b.build_in_bounds_gep(
+                                store,
+                                &[i64t.const_int(u64::from(index), false)],
+                                "",
+                            )?
+                        };
+                        b.build_load(p, "")?.into_vector_value()
+                    }
+                    Def::Draw { kind, index, .. } => {
+                        let g = draw_function(t, m, kind)?;
+                        let k =
+                            VectorType::const_vector(&vec![
+                                i64t.const_int(u64::from(index), false);
+                                w as usize
+                            ]);
+                        let args = [plo.into(), phi.into(), k.into(), keys.into()];
+                        b.build_call(g, &args, "")?
+                            .try_as_basic_value()
+                            .basic()
+                            .ok_or_else(|| missing("draw"))?
+                            .into_vector_value()
+                    }
+                    Def::Input(_) => return Err(missing("a path-dependent input")),
+                    Def::Rule { rule, args } => {
+                        let op = |a: Option<Operand>| a.map(|a| vals.operand(&v, a)).transpose();
+                        let x = [op(args[0])?, op(args[1])?, None, None];
+                        expr(&v, &rule.value, &x)?
+                    }
+                };
+                vals.val[node.index()] = Some(x);
+            }
+            Stmt::Tangent(tg) => {
+                let y = tangent(&v, &vals, tg)?;
+                vals.adj[tg.node.index() * vals.lanes + tg.lane] = Some(y);
+            }
+            Stmt::Seed { node, lane } => {
+                vals.adj[node.index() * vals.lanes + lane] = Some(v.splat(1.0));
+            }
+            Stmt::Adjoint(adj) => {
+                let op = |x: Option<Operand>| x.map(|x| vals.operand(&v, x)).transpose();
+                let x = [
+                    op(adj.x[0])?,
+                    op(adj.x[1])?,
+                    op(adj.x[2])?,
+                    Some(vals.adjoint(&v, adj.node, adj.lane)),
+                ];
+                for st in adj.rule.adjoint {
+                    step(&v, &mut vals, adj, st, &x, None)?;
+                }
+            }
+            Stmt::Leaves(_) => {}
+            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } => {}
+            Stmt::Declare(_)
+            | Stmt::Spill { .. }
+            | Stmt::Rekey
+            | Stmt::OpaqueRead { .. }
+            | Stmt::Block(_) => return Err(missing("a checkpointed statement")),
+        }
+    }
+    // The leaves: a full group straight to `out`, a partial one through `buf`.
+    let rem = b.build_int_sub(count, iv, "")?;
+    let wide_w = i64t.const_int(u64::from(w), false);
+    let full = b.build_int_compare(IntPredicate::UGE, rem, wide_w, "")?;
+    let row_v = i64t.const_int(row, false);
+    // SAFETY (generated code): out holds count rows.
+    let here = unsafe { b.build_gep(out, &[b.build_int_mul(iv, row_v, "")?], "")? };
+    let dst = b.build_select(full, here, buf, "")?.into_pointer_value();
+    let to_f64 = |x: Vv<'ctx>| -> R<Vv<'ctx>> {
+        if t.f64 {
+            Ok(x)
+        } else {
+            b.build_float_ext(x, cx.f64_type().vec_type(w), "")
+        }
+    };
+    let mut stored: Vec<Vv<'ctx>> = Vec::with_capacity(leaves.len());
+    for (k, leaf) in leaves.iter().enumerate() {
+        let y = match *leaf {
+            Leaf::Value(x) => to_f64(vals.operand(&v, x)?)?,
+            Leaf::Square(j) => {
+                let s = *stored.get(j).ok_or_else(|| missing("square"))?;
+                b.build_float_mul(s, s, "")?
+            }
+            Leaf::Adjoint(n, lane) => to_f64(vals.adjoint(&v, n, lane))?,
+            Leaf::Zero => cx.f64_type().vec_type(w).const_zero(),
+        };
+        for j in 0..u64::from(w) {
+            let e = b.build_extract_element(y, i32t.const_int(j, false), "")?;
+            // SAFETY (generated code): lane j's row lies inside dst.
+            let p = unsafe { b.build_gep(dst, &[i64t.const_int(j * row + k as u64, false)], "")? };
+            b.build_store(p, e)?;
+        }
+        stored.push(y);
+    }
+    b.build_conditional_branch(full, next, partial)?;
+    b.position_at_end(partial);
+    let bytes = b.build_int_mul(rem, i64t.const_int(8 * row, false), "")?;
+    let here8 = b.build_pointer_cast(here, cx.i8_type().ptr_type(AddressSpace::default()), "")?;
+    let buf8 = b.build_pointer_cast(buf, cx.i8_type().ptr_type(AddressSpace::default()), "")?;
+    b.build_memcpy(here8, 8, buf8, 8, bytes)?;
+    b.build_unconditional_branch(next)?;
+    b.position_at_end(next);
+    let inext = b.build_int_add(iv, wide_w, "")?;
+    i.add_incoming(&[(&inext, next)]);
+    let more = b.build_int_compare(IntPredicate::ULT, inext, count, "")?;
+    b.build_conditional_branch(more, body, exit)?;
+    b.position_at_end(exit);
+    b.build_return(None)?;
+    Ok(())
+}
