@@ -24,12 +24,18 @@ refs=$(mktemp)
 trap 'rm -f "$refs"' EXIT
 export INSTA_SNAPSHOT_REFERENCES_FILE=$refs
 
-step "cargo test --workspace"
+step "cargo test --workspace (the nablac binary's default features: LLVM back end on)"
 cargo test --workspace --locked --no-fail-fast
+
+step "cargo test without the llvm feature (the libraries' default; the binary without LLVM builds)"
+cargo test -p nablac -p nablac-runtime --locked --no-fail-fast
+cargo build -p nablac-cli --no-default-features --locked
 
 step "rustfmt and clippy"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p nablac -p nablac-runtime --all-targets --locked -- -D warnings
+cargo clippy -p nablac-cli --all-targets --no-default-features --locked -- -D warnings
 
 step "snapshot hygiene: no pending, no unreferenced snapshots"
 pending=$(find snapshots compiler tests -name '*.snap.new' -o -name '*.pending-snap' 2>/dev/null || true)

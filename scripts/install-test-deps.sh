@@ -5,6 +5,8 @@
 #   Vulkan  : Mesa lavapipe (CPU ICD) + the loader + headers + vulkaninfo
 #   GLSL    : glslangValidator (glslang-tools) and spirv-val (spirv-tools)
 #   CUDA    : NVRTC (libnvrtc.so.12) and ptxas from NVIDIA's pip wheels, into .tools/cuda
+#   LLVM 14 : llvm-14-dev, for the `llvm` feature (the vectorised CPU back end, on by default in the
+#             nablac binary); linked dynamically, so libpolly-14-dev is not needed
 # and writes .tools/env.sh (source it) exporting NABLAC_NVRTC, NABLAC_PTXAS and LD_LIBRARY_PATH.
 #
 # Idempotent: a second run installs nothing and takes about a second. `apt-get update` runs
@@ -29,6 +31,7 @@ APT_PKGS=(
   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo
   mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-tools
   glslang-tools spirv-tools
+  llvm-14-dev
 )
 
 log() { printf '[install-test-deps] %s\n' "$*"; }
@@ -134,6 +137,7 @@ log "glslangValidator : $(where glslangValidator) (glslang-tools $(ver glslang-t
 log "spirv-val        : $(where spirv-val) (spirv-tools $(ver spirv-tools))"
 log "OpenCL           : PoCL $(ver pocl-opencl-icd), ICD loader $(ver ocl-icd-libopencl1), clinfo: $(where clinfo)"
 log "Vulkan           : lavapipe (mesa-vulkan-drivers $(ver mesa-vulkan-drivers)), loader $(ver libvulkan1), vulkaninfo: $(where vulkaninfo)"
+log "LLVM             : $(/usr/lib/llvm-14/bin/llvm-config --version 2>/dev/null || echo "not found") (llvm-14-dev $(ver llvm-14-dev))"
 log "NVRTC            : $NVRTC"
 log "ptxas            : $PTXAS ($("$PTXAS" --version | tail -n1))"
 if [[ -n "$CUOBJDUMP" ]]; then log "cuobjdump        : $CUOBJDUMP"; fi

@@ -416,12 +416,43 @@ fn run_on_the_cpu_is_deterministic_and_matches_a_compiled_kernel() {
     );
     assert!((v - 9.413_403).abs() < 4.0 * se, "price {v} ± {se}");
     assert!((price["greeks"]["spot"].as_f64().unwrap() - 0.598_706).abs() < 0.02);
-    // The compiled kernel file runs to the same bits as the tape.
+    // The compiled kernel file (CLIF) runs to the same bits as the tape on the Cranelift back end.
     ok(&["e.bin", "--target", "cpu", "-o", "e.clif"], &d);
     let mut args = vec!["run", "e.clif", "--paths", "20000", "--seed", "7", "--json"];
     args.extend_from_slice(&["--threads", "1"]);
     let k: Value = serde_json::from_str(&ok(&args, &d)).unwrap();
-    assert_eq!(results(&k), results(&a));
+    let c = run(&["--threads", "2", "--cpu-backend", "cranelift"]);
+    assert_eq!(results(&k), results(&c));
+    // The default back end (LLVM where nablac has it) agrees with Cranelift to 1e-12.
+    let close = |x: &Value, y: &Value| {
+        let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+        assert!((x - y).abs() <= 1e-12 * x.abs().max(y.abs()), "{x} vs {y}");
+    };
+    close(
+        &a["outputs"]["price"]["value"],
+        &c["outputs"]["price"]["value"],
+    );
+    for g in ["spot", "strike", "vol", "rate", "maturity"] {
+        close(
+            &a["outputs"]["price"]["greeks"][g],
+            &c["outputs"]["price"]["greeks"][g],
+        );
+    }
+    if cfg!(feature = "llvm") {
+        let l = run(&["--threads", "1", "--cpu-backend", "llvm"]);
+        assert_eq!(results(&l), results(&a), "llvm is the default back end");
+    }
+    let e = fails(&["run", "e.clif", "--cpu-backend", "cranelift"], &d, 1);
+    assert!(e.contains("--cpu-backend cranelift is for a tape"), "{e}");
+    let e = fails(
+        &["run", "e.bin", "--target", "cuda", "--cpu-backend", "llvm"],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("--cpu-backend llvm is for the cpu target, not cuda"),
+        "{e}"
+    );
     // A bump of the market moves the price the way delta says.
     let up: Value = serde_json::from_str(&ok(
         &[
@@ -1123,11 +1154,21 @@ fn completions_and_man_pages() {
 #[test]
 fn progress_bar_on_a_terminal_for_long_runs_only() {
     let d = scratch("progress");
-    // 3-4 s on one thread of this machine (the Asian runs 50,000-70,000 paths a second there,
-    // so the calibration predicts over a second with a margin of 3).
+    // 3-4 s on one thread of this machine with the scalar Cranelift code (the Asian runs
+    // 50,000-70,000 paths a second there, so the calibration predicts over a second with a margin
+    // of 3; the LLVM code would finish in well under a second).
     ok(&["record", "asian", "--steps", "252", "-o", "a.bin"], &d);
     ok(&["record", "european", "-o", "e.bin"], &d);
-    let long = ["run", "a.bin", "--paths", "200000", "--threads", "1"];
+    let long = [
+        "run",
+        "a.bin",
+        "--paths",
+        "200000",
+        "--threads",
+        "1",
+        "--cpu-backend",
+        "cranelift",
+    ];
     let out = nablac(&long, &d);
     assert!(out.status.success());
     assert!(

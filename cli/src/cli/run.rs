@@ -3,6 +3,7 @@
 use super::{is_stdio, CompileOpts, Given, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use nablac::compile::CpuBackend;
 use nablac::emit::{Manifest, Target};
 use nablac_runtime::{Backend, Progress, Report, RunOptions};
 use serde::Serialize;
@@ -34,6 +35,10 @@ pub struct RunArgs {
     /// CPU worker threads (cpu target; default: every core). Never changes a result.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// The CPU code's back end (cpu target, a tape): llvm (one path per SIMD lane; the default
+    /// when nablac is built with LLVM) or cranelift (scalar, the reference).
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    cpu_backend: Option<CpuBackendArg>,
     /// Print JSON: target, precision, paths, seed, outputs {name: value, stderr, greeks},
     /// timings {load, run, device, assembly} in seconds.
     #[arg(long)]
@@ -43,6 +48,21 @@ pub struct RunArgs {
         next_help_heading = "Compile options (for a tape; a kernel is compiled already)"
     )]
     opts: CompileOpts,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum CpuBackendArg {
+    Llvm,
+    Cranelift,
+}
+
+impl From<CpuBackendArg> for CpuBackend {
+    fn from(b: CpuBackendArg) -> Self {
+        match b {
+            CpuBackendArg::Llvm => CpuBackend::Llvm,
+            CpuBackendArg::Cranelift => CpuBackend::Cranelift,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -91,6 +111,13 @@ fn is_tape(bytes: &[u8]) -> bool {
 
 /// Refuses options the target does not use (the compile options are checked with the compile).
 fn check_target(target: Target, args: &RunArgs) -> Result<()> {
+    if let Some(b) = args.cpu_backend.filter(|_| target != Target::Cpu) {
+        bail!(
+            "--cpu-backend {} is for the cpu target, not {}",
+            CpuBackend::from(b).name(),
+            target.name()
+        );
+    }
     if args.threads.is_some() && target != Target::Cpu {
         bail!(
             "--threads is for the cpu target, not {}: a GPU runs its paths on the device's own \
@@ -121,7 +148,13 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         check_target(target, args)?;
         super::honour::check_compile(target, &args.opts, given)?;
         let tape = super::parse_tape(&args.input, &bytes)?;
-        let k = super::compile::compile(&tape, target, &args.opts)
+        let mut o = super::compile::compile_options(target, &args.opts);
+        if target == Target::Cpu {
+            o.cpu_backend = args
+                .cpu_backend
+                .map_or(CpuBackend::fastest(), CpuBackend::from);
+        }
+        let k = nablac::compile::compile(&tape, &o)
             .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
@@ -148,6 +181,12 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
             );
         }
         check_target(m.target, args)?;
+        if let Some(b) = args.cpu_backend {
+            bail!(
+                "--cpu-backend {} is for a tape: {name} is a kernel, compiled already",
+                CpuBackend::from(b).name()
+            );
+        }
         super::honour::check_kernel(&name, &m, &args.opts, given)?;
         let src = String::from_utf8(bytes)
             .with_context(|| format!("{name}: kernel source is not UTF-8"))?;
