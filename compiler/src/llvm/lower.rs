@@ -36,6 +36,10 @@ use inkwell::types::VectorType;
 use inkwell::values::{FunctionValue, IntValue, VectorValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
+/// Normal draws made per call of the batched draw function (independent chains in one
+/// instruction stream, for the core to overlap).
+const BATCH: u32 = 2;
+
 /// The lanes of a kernel in `precision`: 4 f64 or 8 f32 (one AVX2 register).
 pub fn lanes(precision: Precision) -> u32 {
     match precision {
@@ -389,14 +393,14 @@ fn box_muller<'ctx>(v: &V<'_, 'ctx>, x: [Vv<'ctx>; 4], uniform: bool) -> R<Vv<'c
         2f64.powi(-24)
     };
     let u2 = v.mul(u2, v.splat(scale))?;
-    let l = math::call(v, Func::Log, &[u1])?;
+    let l = v.log_unit(u1)?;
     let r = v.sqrt(v.mul(v.splat(-2.0), l)?)?;
     let tau = if v.t.f64 {
         std::f64::consts::TAU
     } else {
         f64::from(std::f32::consts::TAU)
     };
-    let c = math::call(v, Func::Cos, &[v.mul(v.splat(tau), u2)?])?;
+    let c = v.cos_draw(v.mul(v.splat(tau), u2)?)?;
     v.mul(r, c)
 }
 
@@ -561,10 +565,10 @@ fn build<'ctx>(
     });
     let n_normals = normal_used.iter().rposition(|&u| u).map_or(0, |k| k + 1);
     let batched = n_normals >= 2 && 2 * normal_used.iter().filter(|&&u| u).count() >= n_normals;
-    let n_even = n_normals.div_ceil(2) * 2;
+    let n_even = n_normals.div_ceil(BATCH as usize) * BATCH as usize;
     let batch = if batched {
-        let t2 = Vt::new(cx, t.f64, 2 * w);
-        let keys2 = round_keys(&b, cx, 2 * w, seed)?;
+        let t2 = Vt::new(cx, t.f64, BATCH * w);
+        let keys2 = round_keys(&b, cx, BATCH * w, seed)?;
         let store = b.build_array_alloca(t.fty, i64t.const_int(n_even as u64, false), "normals")?;
         Some((t2, keys2, store))
     } else {
@@ -636,17 +640,17 @@ fn build<'ctx>(
         let j = b.build_phi(i64t, "j")?;
         j.add_incoming(&[(&i64t.const_zero(), pre)]);
         let jv = j.as_basic_value().into_int_value();
-        let both: Vec<_> = (0..2 * w)
+        let both: Vec<_> = (0..BATCH * w)
             .map(|l| i32t.const_int(u64::from(l % w), false))
             .collect();
         let both = VectorType::const_vector(&both);
         let plo2 = b.build_shuffle_vector(plo, plo, both, "")?;
         let phi2 = b.build_shuffle_vector(phi, phi, both, "")?;
-        let step: Vec<_> = (0..2 * w)
+        let step: Vec<_> = (0..BATCH * w)
             .map(|l| i64t.const_int(u64::from(l / w), false))
             .collect();
         let k2 = b.build_int_add(
-            splat_value(&b, i64t.vec_type(2 * w), jv.into())?,
+            splat_value(&b, i64t.vec_type(BATCH * w), jv.into())?,
             VectorType::const_vector(&step),
             "",
         )?;
@@ -657,7 +661,7 @@ fn build<'ctx>(
             .basic()
             .ok_or_else(|| missing("draw"))?
             .into_vector_value();
-        for half in 0..2u32 {
+        for half in 0..BATCH {
             let lanes: Vec<_> = (0..w)
                 .map(|l| i32t.const_int(u64::from(half * w + l), false))
                 .collect();
@@ -667,7 +671,7 @@ fn build<'ctx>(
             let p = unsafe { b.build_in_bounds_gep(store, &[at], "")? };
             b.build_store(p, part)?;
         }
-        let jn = b.build_int_add(jv, i64t.const_int(2, false), "")?;
+        let jn = b.build_int_add(jv, i64t.const_int(u64::from(BATCH), false), "")?;
         j.add_incoming(&[(&jn, lp)]);
         let more = b.build_int_compare(
             IntPredicate::ULT,

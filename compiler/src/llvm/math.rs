@@ -7,9 +7,9 @@
 //!
 //! | function | method | domain of the stated bound | bound (tests) |
 //! |---|---|---|---|
-//! | `exp` | `x = k ln2 + r` (FMA, two-part ln2), Taylor to r^13 (f32: r^7), `2^k` as two factors | every x | 1 ulp (normal results) |
-//! | `log` | fdlibm's reduction `m in [sqrt(1/2), sqrt 2)`, `s = f/(2+f)`, Taylor in s² | every x | 1 ulp |
-//! | `cos` | `k = rint(x 2/pi)`, three-part pi/2 by FMA, Taylor sin/cos to r^17 (f32: r^11) | \|x\| <= 2^19 (f32: 2^10) | 1 ulp (2 in f32) |
+//! | `exp` | `x = k ln2 + r` (FMA, two-part ln2), a degree-11 polynomial (f32: 6), `2^k` as two factors | every x | 1 ulp (normal results) |
+//! | `log` | fdlibm's reduction `m in [sqrt(1/2), sqrt 2)`, `s = f/(2+f)`, a degree-6 polynomial in s² (f32: 3) | every x | 1 ulp |
+//! | `cos` | `k = rint(x 2/pi)`, three-part pi/2 by FMA, polynomials in r² of degree 7 and 6 (f32: 4 and 3) | \|x\| <= 2^19 (f32: 2^10) | 2 ulp |
 //! | `tanh` | `e/(e+2)`, `e = expm1(2\|x\|)` in the exp reduction | every x | 3 ulp |
 //! | `erfc` | \|x\| < 0.5: 1 - erf Taylor; to 8: `exp(-x²) g(x)` with g a Chebyshev fit per octave (`scripts/erfcx-fit.py`); past 8: the asymptotic series; x < 0: 2 - erfc(-x); f32 in f64 | every x (f64: results above 2^-1022) | 4 ulp |
 //! | `pow` | `exp(y) (1 + y_lo)`, `y + y_lo = b log a` (FMA); C's special cases | every a, b (C's special cases) | 2 + \|b ln a\| ulp: ln a's rounding, scaled (f32 in f64: 1 ulp) |
@@ -295,7 +295,7 @@ impl<'a, 'ctx> V<'a, 'ctx> {
         let nan = self.is_nan(x)?;
         let xc = self.select(nan, self.splat(0.0), xc)?;
         let (_, k, r) = self.reduce_ln2(xc)?;
-        let p = self.horner(r, &inverse_factorials(if self.t.f64 { 13 } else { 7 }))?;
+        let p = self.horner(r, if self.t.f64 { EXP_F64 } else { EXP_F32 })?;
         // 2^k as two factors, so results near the overflow and underflow thresholds round once.
         let h = self.shr(k, self.i32splat(1), true)?;
         let s1 = self.pow2(h)?;
@@ -319,23 +319,45 @@ impl<'a, 'ctx> V<'a, 'ctx> {
 
     /// `ln x` (module doc).
     pub fn log(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        self.log_in(x, true)
+    }
+
+    /// `ln x` for the draws' `u1`, a normal number in (0, 1]: no subnormal, zero, negative,
+    /// infinite or NaN argument to handle, so none is checked (the same arithmetic otherwise).
+    pub fn log_unit(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        self.log_in(x, false)
+    }
+
+    fn log_in(&self, x: VectorValue<'ctx>, edges: bool) -> R<VectorValue<'ctx>> {
         let f64 = self.t.f64;
         let (min_normal, up, up_bits) = if f64 {
             (f64::MIN_POSITIVE, 2f64.powi(54), 54)
         } else {
             (f64::from(f32::MIN_POSITIVE), 2f64.powi(24), 24)
         };
-        let tiny = self.cmp(FloatPredicate::OLT, x, self.splat(min_normal))?;
-        let xs = self.select(tiny, self.mul(x, self.splat(up))?, x)?;
+        let tiny = if edges {
+            Some(self.cmp(FloatPredicate::OLT, x, self.splat(min_normal))?)
+        } else {
+            None
+        };
+        let xs = match tiny {
+            Some(tiny) => self.select(tiny, self.mul(x, self.splat(up))?, x)?,
+            None => x,
+        };
         let bits = self.to_int(xs)?;
         let mb = self.t.mant_bits();
         let bias: i64 = if f64 { 1023 } else { 127 };
         let e = self.shr(bits, self.isplat(mb as i64), false)?;
         let e = self.int_to_i32(e)?;
         let zero_i = self.i32splat(0);
-        let adj = self.select(tiny, self.i32splat(up_bits), zero_i)?;
         let e = self.b.build_int_sub(e, self.i32splat(bias as u32), "")?;
-        let e = self.b.build_int_sub(e, adj, "")?;
+        let e = match tiny {
+            Some(tiny) => {
+                let adj = self.select(tiny, self.i32splat(up_bits), zero_i)?;
+                self.b.build_int_sub(e, adj, "")?
+            }
+            None => e,
+        };
         let mant = self.and(bits, self.isplat(((1u64 << mb) - 1) as i64))?;
         let one_bits = (bias as u64) << mb;
         let m = self.to_float(self.or(mant, self.isplat(one_bits as i64))?)?;
@@ -347,9 +369,7 @@ impl<'a, 'ctx> V<'a, 'ctx> {
         let f = self.sub(m, self.splat(1.0))?;
         let s = self.div(f, self.add(f, self.splat(2.0))?)?;
         let z = self.mul(s, s)?;
-        let terms = if f64 { 10 } else { 4 };
-        let c: Vec<f64> = (1..=terms).map(|k| 2.0 / f64::from(2 * k + 1)).collect();
-        let rz = self.mul(z, self.horner(z, &c)?)?;
+        let rz = self.mul(z, self.horner(z, if f64 { LOG_F64 } else { LOG_F32 })?)?;
         let hfsq = self.mul(self.mul(f, f)?, self.splat(0.5))?;
         let dk = self.i32_to_float(e)?;
         let (hi, lo) = ln2_split(f64);
@@ -357,6 +377,9 @@ impl<'a, 'ctx> V<'a, 'ctx> {
         let t = self.fma(s, self.add(hfsq, rz)?, self.mul(dk, self.splat(lo))?)?;
         let t = self.sub(self.sub(hfsq, t)?, f)?;
         let y = self.fma(dk, self.splat(hi), self.neg(t)?)?;
+        if !edges {
+            return Ok(y);
+        }
         let zero = self.cmp(FloatPredicate::OEQ, x, self.splat(0.0))?;
         let y = self.select(zero, self.splat(f64::NEG_INFINITY), y)?;
         let neg = self.cmp(FloatPredicate::OLT, x, self.splat(0.0))?;
@@ -368,7 +391,17 @@ impl<'a, 'ctx> V<'a, 'ctx> {
 
     /// `cos x` (module doc).
     pub fn cos(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
-        let ax = self.fabs(x)?;
+        self.cos_in(x, true)
+    }
+
+    /// `cos x` for the draws' `2 pi u2` in [0, 2 pi): not negative, finite, so neither `|x|`
+    /// nor the infinity and NaN checks are made (the same arithmetic otherwise).
+    pub fn cos_draw(&self, x: VectorValue<'ctx>) -> R<VectorValue<'ctx>> {
+        self.cos_in(x, false)
+    }
+
+    fn cos_in(&self, x: VectorValue<'ctx>, edges: bool) -> R<VectorValue<'ctx>> {
+        let ax = if edges { self.fabs(x)? } else { x };
         let k = self.rint(self.mul(ax, self.splat(std::f64::consts::FRAC_2_PI))?)?;
         let mk = self.neg(k)?;
         let mut r = ax;
@@ -376,12 +409,14 @@ impl<'a, 'ctx> V<'a, 'ctx> {
             r = self.fma(mk, self.splat(p), r)?;
         }
         let z = self.mul(r, r)?;
-        let (nc, ns) = if self.t.f64 { (8, 8) } else { (5, 5) };
-        // cos r = 1 - z/2 + z^2/24 - ...; sin r = r + r z (-1/6 + z/120 - ...)
-        let cc: Vec<f64> = (0..=nc).map(|j| alt(j) / factorial(2 * j)).collect();
-        let sc: Vec<f64> = (1..=ns).map(|j| alt(j) / factorial(2 * j + 1)).collect();
-        let c = self.horner(z, &cc)?;
-        let s = self.fma(self.mul(r, z)?, self.horner(z, &sc)?, r)?;
+        // cos r = C(z); sin r = r + r z S(z)
+        let (cc, sc) = if self.t.f64 {
+            (COS_F64, SIN_F64)
+        } else {
+            (COS_F32, SIN_F32)
+        };
+        let c = self.horner(z, cc)?;
+        let s = self.fma(self.mul(r, z)?, self.horner(z, sc)?, r)?;
         let q = self.float_to_i32(k)?;
         let odd = self.and(q, self.i32splat(1))?;
         let odd = self.icmp(IntPredicate::NE, odd, self.i32splat(0))?;
@@ -395,6 +430,9 @@ impl<'a, 'ctx> V<'a, 'ctx> {
         let shift = if self.t.f64 { 62 } else { 30 };
         let flip = self.shl(flip, self.isplat(shift))?;
         let y = self.to_float(self.xor(self.to_int(y)?, flip)?)?;
+        if !edges {
+            return Ok(y);
+        }
         let inf = self.cmp(FloatPredicate::OEQ, ax, self.splat(f64::INFINITY))?;
         let y = self.select(inf, self.splat(f64::NAN), y)?;
         self.select(self.is_nan(x)?, x, y)
@@ -519,6 +557,28 @@ impl<'a, 'ctx> V<'a, 'ctx> {
 
 const PI: f64 = std::f64::consts::PI;
 
+/// Near-minimax polynomials (Chebyshev fits in 50-digit arithmetic, mpmath's `chebyfit`),
+/// coefficients from the constant term up: `exp(r)` on [-ln2/2, ln2/2]; log's `R(z)/z` with
+/// `log(1+f) = 2s + s R`, `z = s^2` on [0, ((sqrt2-1)/(sqrt2+1))^2]; `cos(sqrt z)` and
+/// `(sin(r)/r - 1)/z` on [0, (pi/4)^2]. The degree is the least whose fit error is well below
+/// the precision's last bit where it enters the result (the error bounds in comments).
+#[rustfmt::skip]
+const EXP_F64: &[f64] = &[1.0, 1.0, 0.5000000000000019, 0.1666666666666668, 0.0416666666664881, 0.008333333333319601, 0.0013888888952314775, 0.00019841269890047113, 2.4801485482328494e-05, 2.755724091857897e-06, 2.763263963904103e-07, 2.5110037605963777e-08]; // degree 11, fit error 3.15e-18
+#[rustfmt::skip]
+const LOG_F64: &[f64] = &[0.666666666666667, 0.39999999999899505, 0.28571428625975487, 0.2222221113479508, 0.18182889125261723, 0.15331721600556042, 0.14616449685043406]; // degree 6, fit error 3.1e-16
+#[rustfmt::skip]
+const COS_F64: &[f64] = &[1.0, -0.5, 0.04166666666666645, -0.0013888888888861095, 2.4801587283881152e-05, -2.7557313097790086e-07, 2.0875582380663952e-09, -1.1353379638297575e-11]; // degree 7, fit error 3.03e-20
+#[rustfmt::skip]
+const SIN_F64: &[f64] = &[-0.16666666666666666, 0.008333333333333331, -0.00019841269841265065, 2.7557319219339167e-06, -2.5052106232447578e-08, 1.6058531618986147e-10, -7.586697117706918e-13]; // degree 6, fit error 1.16e-20
+#[rustfmt::skip]
+const EXP_F32: &[f64] = &[1.0, 1.000000037716214, 0.5000000047117757, 0.16666415514653277, 0.04166635289677516, 0.008375126398153335, 0.0013941108433972674]; // degree 6, fit error 1.95e-9
+#[rustfmt::skip]
+const LOG_F32: &[f64] = &[0.6666666655449709, 0.40000121839806124, 0.28550820815960665, 0.23330467216303835]; // degree 3, fit error 1.15e-9
+#[rustfmt::skip]
+const COS_F32: &[f64] = &[0.9999999999524894, -0.4999999961485761, 0.041666616692532826, -0.0013886617999647076, 2.4379831251175367e-05]; // degree 4, fit error 4.75e-11
+#[rustfmt::skip]
+const SIN_F32: &[f64] = &[-0.1666666666385529, 0.008333331874710208, -0.00019840086735384846, 2.724992580305979e-06]; // degree 3, fit error 2.81e-11
+
 fn alt(j: usize) -> f64 {
     if j.is_multiple_of(2) {
         1.0
@@ -618,6 +678,9 @@ pub(super) fn erfcx_fits() -> Vec<Fit> {
 pub(super) enum Func {
     Exp,
     Log,
+    /// No rule calls cos; the draws use [`V::cos_draw`] inline. The function stays for its test
+    /// (which checks the arithmetic `cos_draw` shares).
+    #[cfg_attr(not(test), allow(dead_code))]
     Cos,
     Tanh,
     Erfc,
