@@ -14,9 +14,10 @@
 //! | `erfc` | \|x\| < 0.5: 1 - erf Taylor; to 8: `exp(-x²) g(x)` with g a Chebyshev fit per octave (`scripts/erfcx-fit.py`); past 8: the asymptotic series; x < 0: 2 - erfc(-x); f32 in f64 | every x (f64: results above 2^-1022) | 4 ulp |
 //! | `pow` | `exp(y) (1 + y_lo)`, `y + y_lo = b log a` (FMA); C's special cases | every a, b (C's special cases) | 2 + \|b ln a\| ulp: ln a's rounding, scaled (f32 in f64: 1 ulp) |
 //!
-//! The draws call `cos` on `[0, 2 pi)` only; the tests in `tests.rs` check every function
-//! against the host libm on many arguments and the edges (0, -0, subnormals, the overflow
-//! thresholds, infinities, NaN).
+//! The draws use `log_unit` and `cos_draw` (`V`): the same arithmetic as `log` and `cos` without
+//! the edge cases their arguments (u1 in (0, 1], 2 pi u2 in [0, 2 pi)) cannot hit. The tests in
+//! `tests.rs` check every function against the host libm on many arguments and the edges (0,
+//! -0, subnormals, the overflow thresholds, infinities, NaN).
 
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
