@@ -354,6 +354,102 @@ fn forward_mode_gives_the_reverse_greeks() {
     assert_eq!(m["sums"].as_array().unwrap().len(), 7);
 }
 
+/// An Asian call over `steps` steps whose vol is a different input at every step (bucketed
+/// vega at its finest): steps + 3 inputs, every one reaching the one output.
+fn per_step_vol_tape(steps: u32) -> String {
+    let mut t = String::from(
+        "nablatape 1\n%0 = input spot 100.0\n%1 = input strike 100.0\n%2 = input rate 0.03\n",
+    );
+    let vol = |i: u32| 3 + i;
+    for i in 0..steps {
+        t += &format!("%{} = input vol{i} 0.2\n", vol(i));
+    }
+    let mut k = 3 + steps;
+    let mut node = |t: &mut String, text: String| {
+        *t += &format!("%{k} = {text}\n");
+        k += 1;
+        k - 1
+    };
+    let sdt = node(&mut t, format!("const {}", (1.0 / f64::from(steps)).sqrt()));
+    let (mut s, mut sum) = (0, node(&mut t, "const 0.0".into()));
+    for i in 0..steps {
+        let z = node(&mut t, format!("normal {i}"));
+        let v = node(&mut t, format!("mul %{} %{sdt}", vol(i)));
+        let x = node(&mut t, format!("mul %{v} %{z}"));
+        let e = node(&mut t, format!("exp %{x}"));
+        s = node(&mut t, format!("mul %{s} %{e}"));
+        sum = node(&mut t, format!("add %{sum} %{s}"));
+    }
+    let n = node(&mut t, format!("const {steps}.0"));
+    let mean = node(&mut t, format!("div %{sum} %{n}"));
+    let x = node(&mut t, format!("sub %{mean} %1"));
+    let zero = node(&mut t, "const 0.0".into());
+    let pay = node(&mut t, format!("max %{x} %{zero}"));
+    let _ = node(&mut t, format!("mul %{pay} %2"));
+    t + &format!("output price = %{}\n", k - 1)
+}
+
+#[test]
+fn auto_mode_compiles_the_cost_models_choice() {
+    let d = scratch("auto");
+    ok(&["record", "asian", "--steps", "252", "-o", "a.bin"], &d);
+    std::fs::write(d.join("v.ntape"), per_step_vol_tape(64)).unwrap();
+    let choice = |tape: &str, target: &str| -> Value {
+        serde_json::from_str(&ok(
+            &[
+                "explain", tape, "--mode", "auto", "--target", target, "--json",
+            ],
+            &d,
+        ))
+        .unwrap()
+    };
+    // Five inputs: forward mode on the GPU (its tangents cost less than the reverse sweep).
+    let j = choice("a.bin", "cuda");
+    assert_eq!(j["kernel"], "forward", "{j}");
+    let kernels: Vec<&str> = j["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kernel"].as_str().unwrap())
+        .collect();
+    assert_eq!(kernels, ["price", "forward", "reverse", "reverse-plain"]);
+    // 67 inputs meeting in one output: 67 directions against one adjoint lane.
+    for target in ["cuda", "cpu"] {
+        assert_eq!(choice("v.ntape", target)["kernel"], "reverse", "{target}");
+    }
+    let text = ok(
+        &["explain", "a.bin", "--mode", "auto", "--target", "cuda"],
+        &d,
+    );
+    assert!(
+        text.contains("* forward") && text.contains("ns/path"),
+        "{text}"
+    );
+    // The default mode is auto: the compiled kernel is the choice.
+    let mode = |args: &[&str]| -> String {
+        ok(args, &d);
+        let m: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("k.cu.json")).unwrap()).unwrap();
+        m["mode"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        mode(&["a.bin", "--target", "cuda", "-o", "k.cu"]),
+        "forward"
+    );
+    assert_eq!(
+        mode(&["v.ntape", "--target", "cuda", "-o", "k.cu"]),
+        "reverse"
+    );
+    // Checkpoint options are read by reverse mode only: auto honours them by choosing it.
+    assert_eq!(
+        mode(&["a.bin", "--target", "cuda", "--segments", "8", "-o", "k.cu"]),
+        "reverse"
+    );
+    // --target and --precision are for explain --mode auto only.
+    let e = fails(&["explain", "a.bin", "--target", "cuda"], &d, 1);
+    assert!(e.contains("--target is for --mode auto"), "{e}");
+}
+
 #[test]
 fn explain_reports_the_plan() {
     let d = scratch("explain");

@@ -37,7 +37,7 @@ pub struct CompileOptions {
 pub const DEFAULT_MIN_BLOCKS: u32 = 4;
 
 /// The launch-bounds hint `opts` asks for on `plan` (see `CompileOptions::min_blocks`).
-fn min_blocks(opts: &CompileOptions, plan: &Plan) -> Option<u32> {
+pub(crate) fn min_blocks(opts: &CompileOptions, plan: &Plan) -> Option<u32> {
     match opts.min_blocks {
         Some(0) => None,
         Some(n) => Some(n),
@@ -114,7 +114,7 @@ pub const MAX_MIN_BLOCKS: u32 = 32;
 pub const MAX_SEGMENTS: u32 = 1 << 20;
 
 /// Every numeric option in its range (workgroup sizes are the emitter's to check).
-fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
+pub(crate) fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
     let out = |option, value: u32, range| {
         Err(CompileError::OutOfRange {
             option,

@@ -91,6 +91,12 @@ fn checkpointing_given(o: &CompileOpts, given: &Given, more: &[(&str, &str)]) ->
     unused
 }
 
+/// Were options given that only a checkpointed reverse kernel reads? (`--mode auto` then
+/// compiles reverse mode rather than ignore them.)
+pub fn checkpointing_asked(o: &CompileOpts, given: &Given) -> bool {
+    !checkpointing_given(o, given, &[]).is_empty()
+}
+
 /// The options a compile of a tape for `target` would not use.
 pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<()> {
     if target == Target::Cpu {
@@ -158,7 +164,8 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
             );
         }
     }
-    if given.has("mode") {
+    // `--mode auto` accepts whatever mode the kernel was compiled in.
+    if given.has("mode") && o.mode != ModeArg::Auto {
         let asked: Mode = o.mode.into();
         if asked != m.mode {
             bail!(

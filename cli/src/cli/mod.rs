@@ -268,7 +268,8 @@ pub enum ModeArg {
     Reverse,
     /// Value and every Greek, by tangents along the forward sweep (one direction per input).
     Forward,
-    /// The mode that fits the tape (today: reverse).
+    /// Forward or reverse (and reverse's checkpointing), whichever the cost model estimates
+    /// faster for the tape and target (`nablac explain --mode auto` shows the estimates).
     Auto,
 }
 
@@ -293,7 +294,8 @@ impl From<ModeArg> for nablac::emit::Mode {
         use nablac::emit::Mode;
         match m {
             ModeArg::Price => Mode::Price,
-            // The automatic choice between reverse and forward comes later.
+            // Auto is resolved against the tape (`compile::resolved_options`); without a tape
+            // (a kernel compiled already) it asks for nothing in particular.
             ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
             ModeArg::Forward => Mode::Forward,
         }

@@ -121,7 +121,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         check_target(target, args)?;
         super::honour::check_compile(target, &args.opts, given)?;
         let tape = super::parse_tape(&args.input, &bytes)?;
-        let k = super::compile::compile(&tape, target, &args.opts)
+        let k = super::compile::compile(&tape, target, &args.opts, given)
             .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
