@@ -81,28 +81,73 @@ pub fn tree_sum(leaves: &[f64]) -> f64 {
 }
 
 /// [`tree_sum`] of every column of `rows`, a row-major table `width` values wide (a GPU's group
-/// partials: row g holds group g's sums), computed in place on whole rows, level by level:
-/// `S(a, 2m) = S(a, m) + S(a + m, m)`, an odd level padded with a zero row (an all-zero block
-/// sums to +0.0). `tree_sum` is the one-column case, so every column has its bits. Contiguous
-/// and allocation-free but for one padding row.
-pub fn tree_sum_rows(rows: &mut Vec<f64>, width: usize) -> Vec<f64> {
-    if width == 0 || rows.len() < width {
+/// partials: row g holds group g's sums; a last partial row is ignored), computed in place on
+/// whole rows, level by level: `S(a, 2m) = S(a, m) + S(a + m, m)`, a missing sibling at an odd
+/// level a zero row (an all-zero block sums to +0.0). `tree_sum` is the one-column case, so
+/// every column has its bits. A long table is cut into aligned power-of-two runs of rows, each
+/// a subtree of the same tree, summed on threads of their own; their roots are then summed
+/// like any rows, so the thread count never changes a bit.
+pub fn tree_sum_rows(rows: &mut [f64], width: usize) -> Vec<f64> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tree_sum_rows_on(rows, width, threads.min(8), PARALLEL_ROWS)
+}
+
+/// Tables of fewer rows are summed on one thread (a thread start costs about what summing
+/// 2^15 rows does).
+const PARALLEL_ROWS: usize = 1 << 15;
+
+fn tree_sum_rows_on(
+    rows: &mut [f64],
+    width: usize,
+    threads: usize,
+    parallel_rows: usize,
+) -> Vec<f64> {
+    if width == 0 {
+        return Vec::new();
+    }
+    let n = rows.len() / width;
+    if n == 0 {
         return vec![0.0; width];
     }
-    rows.truncate(rows.len() / width * width);
-    while rows.len() > width {
-        if (rows.len() / width) % 2 == 1 {
-            rows.extend(std::iter::repeat_n(0.0, width));
-        }
-        let half = rows.len() / width / 2;
+    let rows = &mut rows[..n * width];
+    if threads > 1 && n >= parallel_rows {
+        let run = n.div_ceil(threads).next_power_of_two();
+        std::thread::scope(|s| {
+            for part in rows.chunks_mut(run * width) {
+                s.spawn(move || sum_rows_into_first(part, width));
+            }
+        });
+        let mut roots: Vec<f64> = rows
+            .chunks(run * width)
+            .flat_map(|part| part[..width].iter().copied())
+            .collect();
+        sum_rows_into_first(&mut roots, width);
+        return roots[..width].to_vec();
+    }
+    sum_rows_into_first(rows, width);
+    rows[..width].to_vec()
+}
+
+/// Sums the rows of `rows` pairwise, level by level, into its first row.
+fn sum_rows_into_first(rows: &mut [f64], width: usize) {
+    let mut n = rows.len() / width;
+    while n > 1 {
+        let half = n / 2;
         for i in 0..half {
+            let src = 2 * i * width;
             for c in 0..width {
-                rows[i * width + c] = rows[2 * i * width + c] + rows[(2 * i + 1) * width + c];
+                rows[i * width + c] = rows[src + c] + rows[src + width + c];
             }
         }
-        rows.truncate(half * width);
+        if n % 2 == 1 {
+            // The odd row's sibling is a zero row: `x + 0.0` (which turns -0.0 into +0.0).
+            let src = (n - 1) * width;
+            for c in 0..width {
+                rows[half * width + c] = rows[src + c] + 0.0;
+            }
+        }
+        n = n.div_ceil(2);
     }
-    rows.clone()
 }
 
 /// Some aligned blocks of the summation tree of a run of `paths` paths, in canonical form.
@@ -534,6 +579,38 @@ mod tests {
             return leaves.get(a).copied().unwrap_or(0.0);
         }
         naive_tree(leaves, a, m / 2) + naive_tree(leaves, a + m / 2, m / 2)
+    }
+
+    #[test]
+    fn rows_summed_on_threads_have_every_columns_tree_bits() {
+        // Columns of values across magnitudes and signed zeros, where the order shows.
+        let value = |r: usize, c: usize| match (r * 7 + c * 3) % 11 {
+            0 => -0.0,
+            k => ((r as f64 * 0.37 + c as f64).sin()) * 10f64.powi(k as i32 * 3 - 12),
+        };
+        for n in [1usize, 2, 3, 5, 8, 13, 64, 100, 1000, 1025] {
+            for width in [1usize, 3, 7] {
+                let table: Vec<f64> = (0..n)
+                    .flat_map(|r| (0..width).map(move |c| value(r, c)))
+                    .collect();
+                let want: Vec<u64> = (0..width)
+                    .map(|c| {
+                        let col: Vec<f64> = (0..n).map(|r| value(r, c)).collect();
+                        naive_tree(&col, 0, n.next_power_of_two()).to_bits()
+                    })
+                    .collect();
+                for threads in [1, 2, 3, 8] {
+                    let mut rows = table.clone();
+                    rows.extend(std::iter::repeat_n(1e300, width - 1)); // a partial row: ignored
+                    let got: Vec<u64> = tree_sum_rows_on(&mut rows, width, threads, 1)
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect();
+                    assert_eq!(got, want, "n {n} width {width} threads {threads}");
+                }
+            }
+        }
+        assert_eq!(tree_sum_rows(&mut [], 2), [0.0, 0.0]);
     }
 
     #[test]
