@@ -309,7 +309,7 @@ impl Device {
         range: Range<u64>,
     ) -> Result<Vec<PartialSums>, GpuError> {
         let m = &k.manifest;
-        gpu::input_bytes(m, inputs)?;
+        let inputs = &gpu::input_values(m, inputs)?[..];
         let dispatches =
             gpu::plan_dispatches(m.workgroup_size, paths, &range, gpu::MAX_PATHS_PER_DISPATCH)?;
         let mut parts = Vec::new();
