@@ -27,6 +27,9 @@ pub struct CompileOptions {
     /// `None`: [`DEFAULT_MIN_BLOCKS`] where it was measured to pay (f32 reverse kernels with
     /// register recompute), no hint elsewhere; `Some(0)`: no hint.
     pub min_blocks: Option<u32>,
+    /// Sum the Greeks' squares, for their standard errors (on by default on every target; price
+    /// kernels have no Greeks and ignore it).
+    pub greek_stderr: bool,
 }
 
 /// CUDA launch bounds of f32 register-checkpointed kernels: 4 resident workgroups of 128 per
@@ -72,6 +75,7 @@ impl CompileOptions {
             scratch_layout: ScratchLayout::Soa,
             annotate: false,
             min_blocks: None,
+            greek_stderr: true,
         }
     }
 }
@@ -172,6 +176,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                 &crate::clif::Options {
                     mode: opts.mode,
                     precision: opts.precision,
+                    greek_stderr: opts.greek_stderr,
                 },
             )?;
             (k.source, k.manifest)
@@ -188,6 +193,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                     scratch_layout: opts.scratch_layout,
                     annotate: opts.annotate,
                     min_blocks: min_blocks(opts, &plan),
+                    greek_stderr: opts.greek_stderr,
                 },
             )?;
             (k.source, k.manifest)

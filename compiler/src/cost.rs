@@ -272,6 +272,7 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
             ScheduleOptions {
                 mode,
                 opaque_math: crate::passes::opaque_math_arguments(base.target),
+                greek_stderr: base.greek_stderr,
             },
         );
         let registers = match base.target {
@@ -387,17 +388,18 @@ output price = %5
         let price = work(&v, Mode::Price);
         assert_eq!(
             (price.draws, price.ops, price.heavy, price.leaves),
-            (1, 3, 1, 2),
-            "3 rules (mul, exp, mul), 1 call (exp), leaves value and value^2"
+            (1, 3, 1, 3),
+            "3 rules (mul, exp, mul), 1 call (exp), leaves value, its square, non-finite count"
         );
         assert_eq!((price.tangent_ops, price.adjoint_ops), (0, 0));
         // Forward, 2 directions: t3_vol = z (1 multiply); t4_vol = t3 * v4 (1); t5_spot = v4
-        // (1: a literal 1 times v4), t5_vol = t4 * spot (1).
+        // (1: a literal 1 times v4), t5_vol = t4 * spot (1). Leaves: the price's 3 and each
+        // Greek with its square.
         let fwd = work(&v, Mode::Forward);
-        assert_eq!((fwd.tangent_ops, fwd.adjoint_ops, fwd.leaves), (4, 0, 4));
+        assert_eq!((fwd.tangent_ops, fwd.adjoint_ops, fwd.leaves), (4, 0, 7));
         // Reverse: d5 feeds spot and v4 (2 terms), exp feeds v3 (1), mul feeds vol (1).
         let rev = work(&v, Mode::Reverse);
-        assert_eq!((rev.tangent_ops, rev.adjoint_ops, rev.leaves), (0, 4, 4));
+        assert_eq!((rev.tangent_ops, rev.adjoint_ops, rev.leaves), (0, 4, 7));
         assert_eq!(rev.max_live, crate::passes::max_live_plain(&v));
         assert_eq!(rev.excess_live, 0);
         let tight = Work::of(

@@ -338,7 +338,7 @@ impl Device {
         range: Range<u64>,
     ) -> Result<Vec<PartialSums>, GpuError> {
         let m = &k.manifest;
-        gpu::input_bytes(m, inputs)?;
+        let inputs = &gpu::input_values(m, inputs)?[..];
         let dispatches =
             gpu::plan_dispatches(m.workgroup_size, paths, &range, gpu::MAX_PATHS_PER_DISPATCH)?;
         let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());

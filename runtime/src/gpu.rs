@@ -276,15 +276,28 @@ pub fn push_constants(
     Ok(bytes)
 }
 
-/// The inputs buffer's bytes in the kernel's precision; fails unless there is one value per input.
-pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuError> {
-    if inputs.len() != manifest.inputs.len() {
+/// The inputs buffer's values: the market then the shifts (`manifest.shifts`), given whole or
+/// as the market alone (the shifts then 0); fails on any other length.
+pub fn input_values(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<f64>, GpuError> {
+    let (n, full) = (
+        manifest.inputs.len(),
+        manifest.inputs.len() + manifest.shifts.len(),
+    );
+    if inputs.len() != n && inputs.len() != full {
         return Err(GpuError::Launch(format!(
-            "{} input values for the kernel's {} inputs",
+            "{} input values for the kernel's {n} inputs and {} shifts",
             inputs.len(),
-            manifest.inputs.len()
+            manifest.shifts.len()
         )));
     }
+    let mut v = inputs.to_vec();
+    v.resize(full, 0.0);
+    Ok(v)
+}
+
+/// The inputs buffer's bytes in the kernel's precision ([`input_values`]).
+pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuError> {
+    let inputs = &input_values(manifest, inputs)?;
     Ok(match manifest.precision {
         Precision::F32 => inputs
             .iter()
@@ -395,6 +408,13 @@ pub mod cache {
     use sha2::{Digest, Sha256};
 
     static MEMORY: Mutex<BTreeMap<String, Vec<u8>>> = Mutex::new(BTreeMap::new());
+    static HITS: AtomicU64 = AtomicU64::new(0);
+
+    /// How many lookups in this process found their entry (memory or disk) so far: a host that
+    /// reads it before and after a load knows whether the driver compile was skipped.
+    pub fn hits() -> u64 {
+        HITS.load(Ordering::Relaxed)
+    }
 
     /// The cache key: lower-case hex SHA-256 over the length-prefixed parts.
     pub fn key(kind: &str, device: &str, options: &[String], source: &str) -> String {
@@ -450,6 +470,14 @@ pub mod cache {
     /// `MAX_ENTRY` bytes, and carries this key and the checksum of its bytes: anything else is a
     /// miss, which the caller's `put` then replaces atomically.
     pub fn get(key: &str, ext: &str) -> Option<Vec<u8>> {
+        let found = lookup(key, ext);
+        if found.is_some() {
+            HITS.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    fn lookup(key: &str, ext: &str) -> Option<Vec<u8>> {
         if let Some(v) = MEMORY.lock().ok()?.get(key) {
             return Some(v.clone());
         }

@@ -64,6 +64,7 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
     c.workgroup_size = o.workgroup;
     c.annotate = o.annotate;
     c.min_blocks = o.min_blocks;
+    c.greek_stderr = o.greek_stderr;
     c
 }
 

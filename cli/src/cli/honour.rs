@@ -115,6 +115,9 @@ pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<(
             bail!("{first} is not for the cpu target: {why}");
         }
     }
+    if o.mode == ModeArg::Price && given.has("greek_stderr") {
+        bail!("--greek-stderr does nothing with --mode price: a price kernel has no Greeks");
+    }
     if matches!(o.mode, ModeArg::Price | ModeArg::Forward) {
         let mode = Mode::from(o.mode).name();
         let unused = checkpointing_given(o, given, &[]);
@@ -174,6 +177,15 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
                 asked.name()
             );
         }
+    }
+    if given.has("greek_stderr") && o.greek_stderr != m.greek_stderr {
+        bail!(
+            "--greek-stderr {} cannot apply: {what}, {} the Greeks' squares; compile its tape \
+             with --greek-stderr {} and run that",
+            o.greek_stderr,
+            if m.greek_stderr { "with" } else { "without" },
+            o.greek_stderr
+        );
     }
     for (id, flag) in [
         ("checkpoint", "--checkpoint"),

@@ -357,6 +357,10 @@ pub struct CompileOpts {
     /// register recompute (measured faster on the H200), no hint otherwise.
     #[arg(long, value_name = "N")]
     pub min_blocks: Option<u32>,
+    /// Sum each Greek's square in the kernel, for the Greeks' standard errors (one more sum per
+    /// output and input; `false` leaves them out of the report).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub greek_stderr: bool,
 }
 
 /// `name=value` pairs overriding input values.
