@@ -12,7 +12,7 @@ use crate::gpu::{self, cache, GpuError};
 use crate::manifest::{Manifest, Precision, Target};
 use crate::report::PartialSums;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -37,14 +37,15 @@ pub struct Kernel {
 }
 
 /// What a kernel's runs reuse, grown on demand and never shrunk: the device partials of one
-/// dispatch, a page-locked host table for a whole range's partials (downloaded at full speed,
-/// no page faults, summed in place) and the scratch buffer. None of them is cleared between
+/// dispatch, the host table of a whole range's partials (summed in place) and the scratch
+/// buffer. The host table is pageable: page-locking 7 MB cost more than it saved in a one-run
+/// `nablac run` process on the H200 (BENCHMARKS.md, 2026-12-04). None of them is cleared between
 /// runs: every group writes each of its sums (the ABI), and a path writes a scratch slot before
 /// it reads it.
 #[derive(Default)]
 struct Buffers {
     partials: Option<CudaSlice<f64>>,
-    host: Option<PinnedHostSlice<f64>>,
+    host: Vec<f64>,
     /// Scratch as 8-byte words (the kernel sees a pointer to its precision).
     scratch: Option<CudaSlice<f64>>,
 }
@@ -345,18 +346,10 @@ impl Device {
         let b = &mut *buffers;
         let n_sums = m.sums.len();
         let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
-        // SAFETY (both allocations): the memory is unset until a download fills it, and only
-        // the part a download filled is read.
-        let host = grown(
-            &mut b.host,
-            total,
-            |h| h.len(),
-            |n| unsafe { self.ctx.alloc_pinned_with_flags::<f64>(n, 0) },
-        )
-        .map_err(|e| self.err("cuMemHostAlloc(partials)", e))?;
-        let host = host
-            .as_mut_slice()
-            .map_err(|e| self.err("partials host table", e))?;
+        if b.host.len() < total {
+            b.host = vec![0.0; total];
+        }
+        let host = &mut b.host[..];
         let mut at = 0;
         match m.precision {
             Precision::F32 => {
