@@ -34,11 +34,11 @@ TAPES = {
     "buckets": "scripts/bucketed-asian.py --steps 252 --buckets 12",
     "buckets52": "scripts/bucketed-asian.py --steps 252 --buckets 52",
 }
-FEATURES = ["draws", "ops", "heavy", "tangent_ops", "adjoint_ops", "leaves", "pressure", "excess_live"]
+FEATURES = ["draws", "ops", "heavy", "tangent_ops", "tangent_multiplies", "adjoint_ops", "leaves", "pressure", "excess_live"]
 
 
 # The CostModel field that prices each feature.
-FIELDS = ["draw", "op", "heavy", "tangent_op", "adjoint_op", "leaf", "pressure", "excess_live"]
+FIELDS = ["draw", "op", "heavy", "tangent_op", "tangent_multiply", "adjoint_op", "leaf", "pressure", "excess_live"]
 
 
 def feature(work, f):
