@@ -7,8 +7,11 @@
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the manifest or to the kernel ABI it describes. Version 2
-/// added `fingerprint` (a host refuses a kernel whose source or manifest was changed or swapped).
-pub const MANIFEST_VERSION: u32 = 2;
+/// added `fingerprint` (a host refuses a kernel whose source or manifest was changed or swapped);
+/// version 3 the standard errors of the Greeks and the non-finite rule: the sums `greek_sq:O:I`
+/// and `non_finite:O`, squares taken about a shift (`shifts`, read after the inputs in the
+/// inputs buffer), and `greek_stderr`.
+pub const MANIFEST_VERSION: u32 = 3;
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -125,10 +128,21 @@ pub struct Manifest {
     /// The values the tape was recorded at: the default market.
     pub input_defaults: Vec<f64>,
     pub outputs: Vec<String>,
-    /// Per-path sums in the order of the partials buffer: for each output O (in output order),
-    /// `value:O`, `value_sq:O` (the square of the f64 value), then (reverse mode)
-    /// `greek:O:I` for each input I in input order.
+    /// Per-path sums in the order of the partials buffer ([`sum_names`]): for each output O (in
+    /// output order), `value:O`, `value_sq:O`, then (reverse and forward mode) `greek:O:I` for
+    /// each input I in input order, then (when `greek_stderr`) `greek_sq:O:I` for each input,
+    /// then `non_finite:O`.
     pub sums: Vec<String>,
+    /// Whether the kernel sums the squares of the Greeks (`greek_sq:O:I`), for their standard
+    /// errors (a compile option, on by default; always false in price mode).
+    #[serde(default)]
+    pub greek_stderr: bool,
+    /// The shifts the squares are taken about, one per `_sq` sum and in their order, named by
+    /// the sum whose leaf they shift ([`shift_names`]: `value:O`, `greek:O:I`). The inputs
+    /// buffer holds the n_inputs input values and then these shifts, in the kernel's precision
+    /// (TAPE-FORMAT.md, Results: a host passes path 0's leaves of these sums).
+    #[serde(default)]
+    pub shifts: Vec<String>,
     pub params: Vec<Param>,
     /// Threads per workgroup (a power of two); one path per thread.
     pub workgroup_size: u32,
@@ -198,6 +212,8 @@ impl Manifest {
             outputs: outputs.iter().map(|o| o.to_string()).collect(),
             params: gpu_params(target, precision, sums.len(), None),
             sums: sums.iter().map(|s| s.to_string()).collect(),
+            greek_stderr: false,
+            shifts: Vec::new(),
             workgroup_size,
             segments: 1,
             checkpoint: Checkpoint::Off,
@@ -229,19 +245,109 @@ pub fn compile_options(target: Target) -> Vec<String> {
     }
 }
 
-/// The per-path sums of a kernel, in partials (and CPU row) order: for each output O, `value:O`,
-/// `value_sq:O`, then in reverse and forward mode `greek:O:I` for each input I. The one place this order is
-/// written down: every emitter fills `Manifest::sums` from it.
-pub fn sum_names(outputs: &[String], inputs: &[String], mode: Mode) -> Vec<String> {
+/// The per-path sums of a kernel, in partials (and CPU row) order: for each output O,
+/// `value:O`, `value_sq:O`, then in reverse and forward mode `greek:O:I` for each input I, then
+/// when `greek_stderr` (and the mode has Greeks) `greek_sq:O:I` for each input I, then
+/// `non_finite:O`. The one place this order is written down: every emitter fills
+/// `Manifest::sums` from it. What each leaf is: [`crate::report::output_leaves`].
+pub fn sum_names(
+    outputs: &[String],
+    inputs: &[String],
+    mode: Mode,
+    greek_stderr: bool,
+) -> Vec<String> {
     let mut sums = Vec::new();
     for o in outputs {
         sums.push(format!("value:{o}"));
         sums.push(format!("value_sq:{o}"));
         if mode.has_greeks() {
             sums.extend(inputs.iter().map(|i| format!("greek:{o}:{i}")));
+            if greek_stderr {
+                sums.extend(inputs.iter().map(|i| format!("greek_sq:{o}:{i}")));
+            }
         }
+        sums.push(format!("non_finite:{o}"));
     }
     sums
+}
+
+/// The shifts of a kernel's squares, in the order they follow the inputs in the inputs buffer:
+/// for each output O, `value:O` (the shift of `value_sq:O`), then when the kernel sums the
+/// Greeks' squares `greek:O:I` for each input I (the shift of `greek_sq:O:I`). Each is named by
+/// the sum whose path-0 leaf a host passes as the shift.
+pub fn shift_names(
+    outputs: &[String],
+    inputs: &[String],
+    mode: Mode,
+    greek_stderr: bool,
+) -> Vec<String> {
+    let mut shifts = Vec::new();
+    for o in outputs {
+        shifts.push(format!("value:{o}"));
+        if mode.has_greeks() && greek_stderr {
+            shifts.extend(inputs.iter().map(|i| format!("greek:{o}:{i}")));
+        }
+    }
+    shifts
+}
+
+/// Where one output's sums sit in a row of `Manifest::sums` (indices into it).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct OutputLayout {
+    pub value: usize,
+    pub value_sq: usize,
+    /// `greek:O:I` for each input I (empty in price mode).
+    pub greeks: Vec<usize>,
+    /// `greek_sq:O:I` for each input I (empty unless `greek_stderr`).
+    pub greek_sq: Vec<usize>,
+    pub non_finite: usize,
+    /// The indices into `Manifest::shifts` of this output's shifts: the value's, then the
+    /// Greeks' (when `greek_stderr`).
+    pub shifts: std::ops::Range<usize>,
+}
+
+impl Manifest {
+    /// Each output's sums, checked: `sums` and `shifts` must be exactly [`sum_names`] and
+    /// [`shift_names`] of the manifest's outputs, inputs, mode and `greek_stderr`.
+    pub fn layout(&self) -> Result<Vec<OutputLayout>, String> {
+        let greek_stderr = self.greek_stderr && self.mode.has_greeks();
+        let want = sum_names(&self.outputs, &self.inputs, self.mode, greek_stderr);
+        if self.sums != want || self.greek_stderr != greek_stderr {
+            return Err(format!(
+                "{} sums for {} outputs and {} inputs in {} mode (greek_stderr {}): expected {:?}",
+                self.sums.len(),
+                self.outputs.len(),
+                self.inputs.len(),
+                self.mode.name(),
+                self.greek_stderr,
+                want
+            ));
+        }
+        let shifts = shift_names(&self.outputs, &self.inputs, self.mode, greek_stderr);
+        if self.shifts != shifts {
+            return Err(format!("shifts {:?}: expected {:?}", self.shifts, shifts));
+        }
+        let n_in = if self.mode.has_greeks() {
+            self.inputs.len()
+        } else {
+            0
+        };
+        let n_sq = if greek_stderr { n_in } else { 0 };
+        let per_output = 3 + n_in + n_sq;
+        Ok((0..self.outputs.len())
+            .map(|o| {
+                let a = o * per_output;
+                OutputLayout {
+                    value: a,
+                    value_sq: a + 1,
+                    greeks: (a + 2..a + 2 + n_in).collect(),
+                    greek_sq: (a + 2 + n_in..a + 2 + n_in + n_sq).collect(),
+                    non_finite: a + 2 + n_in + n_sq,
+                    shifts: o * (1 + n_sq)..(o + 1) * (1 + n_sq),
+                }
+            })
+            .collect())
+    }
 }
 
 fn param(name: &str, ty: String, binding: u32, role: &str, doc: String) -> Param {
@@ -275,7 +381,7 @@ pub fn gpu_params(
         }
     };
     let mut ps = vec![
-        param("inputs", mem(real), 0, "input", "n_inputs input values, in input order (manifest `inputs`)".into()),
+        param("inputs", mem(real), 0, "input", "n_inputs input values, in input order (manifest `inputs`), then one value per entry of manifest `shifts`".into()),
         param(
             "partials",
             mem("f64"),

@@ -4,7 +4,7 @@
 //! indices, with zero padding:
 //!
 //! ```text
-//! leaf p   = the path's value as f64 (its square: leaf * leaf, in f64); +0.0 for p >= paths
+//! leaf p   = path p's leaf of the sum as f64 ([`output_leaves`]); +0.0 for p >= paths
 //! S(a, 1)  = leaf a
 //! S(a, 2m) = S(a, m) + S(a + m, m)            (f64, a a multiple of 2m)
 //! sum      = S(0, R),  R = paths.next_power_of_two()   (the smallest root)
@@ -23,9 +23,14 @@
 //! [`Report`] turns complete sums into the numbers a user reads:
 //!
 //! ```text
-//! value  = sum / paths            greek[i] = (sum of d output / d input i) / paths
-//! stderr = sqrt(max(0, (sumsq - sum * (sum / paths)) / (paths - 1))) / sqrt(paths)   (0 for 1 path)
+//! n      = paths - non_finite       (the paths used: a non-finite path adds 0 to every other sum)
+//! value  = sum / n                  greek[i] = (sum of d output / d input i) / n
+//! stderr = sqrt(max(0, (sumsq_c - n * (sum / n - c)^2) / (n - 1))) / sqrt(n)   (NaN for n < 2)
 //! ```
+//!
+//! where `sumsq_c` is the sum of squares about the shift `c` (path 0's leaf, passed to the kernel
+//! by the host; [`output_leaves`] says what each path adds to each sum). A Greek's standard error
+//! is the same formula over its own sum, its sum of squares and its shift.
 //!
 //! Runtime backends use the same functions, so a report is the same bits whichever target summed it.
 
@@ -52,6 +57,8 @@ pub enum ReportError {
     Overlap { start: u64, log2_len: u32 },
     #[error("the sums cover {covered} of {paths} paths; the total needs all of them")]
     Incomplete { covered: u64, paths: u64 },
+    #[error("partial sums whose squares were taken about different shifts cannot merge")]
+    Shifts,
     #[error("{what}: expected {expected}, got {got}")]
     Shape {
         what: &'static str,
@@ -81,28 +88,73 @@ pub fn tree_sum(leaves: &[f64]) -> f64 {
 }
 
 /// [`tree_sum`] of every column of `rows`, a row-major table `width` values wide (a GPU's group
-/// partials: row g holds group g's sums), computed in place on whole rows, level by level:
-/// `S(a, 2m) = S(a, m) + S(a + m, m)`, an odd level padded with a zero row (an all-zero block
-/// sums to +0.0). `tree_sum` is the one-column case, so every column has its bits. Contiguous
-/// and allocation-free but for one padding row.
-pub fn tree_sum_rows(rows: &mut Vec<f64>, width: usize) -> Vec<f64> {
-    if width == 0 || rows.len() < width {
+/// partials: row g holds group g's sums; a last partial row is ignored), computed in place on
+/// whole rows, level by level: `S(a, 2m) = S(a, m) + S(a + m, m)`, a missing sibling at an odd
+/// level a zero row (an all-zero block sums to +0.0). `tree_sum` is the one-column case, so
+/// every column has its bits. A long table is cut into aligned power-of-two runs of rows, each
+/// a subtree of the same tree, summed on threads of their own; their roots are then summed
+/// like any rows, so the thread count never changes a bit.
+pub fn tree_sum_rows(rows: &mut [f64], width: usize) -> Vec<f64> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tree_sum_rows_on(rows, width, threads.min(8), PARALLEL_ROWS)
+}
+
+/// Tables of fewer rows are summed on one thread (a thread start costs about what summing
+/// 2^15 rows does).
+const PARALLEL_ROWS: usize = 1 << 15;
+
+fn tree_sum_rows_on(
+    rows: &mut [f64],
+    width: usize,
+    threads: usize,
+    parallel_rows: usize,
+) -> Vec<f64> {
+    if width == 0 {
+        return Vec::new();
+    }
+    let n = rows.len() / width;
+    if n == 0 {
         return vec![0.0; width];
     }
-    rows.truncate(rows.len() / width * width);
-    while rows.len() > width {
-        if (rows.len() / width) % 2 == 1 {
-            rows.extend(std::iter::repeat_n(0.0, width));
-        }
-        let half = rows.len() / width / 2;
+    let rows = &mut rows[..n * width];
+    if threads > 1 && n >= parallel_rows {
+        let run = n.div_ceil(threads).next_power_of_two();
+        std::thread::scope(|s| {
+            for part in rows.chunks_mut(run * width) {
+                s.spawn(move || sum_rows_into_first(part, width));
+            }
+        });
+        let mut roots: Vec<f64> = rows
+            .chunks(run * width)
+            .flat_map(|part| part[..width].iter().copied())
+            .collect();
+        sum_rows_into_first(&mut roots, width);
+        return roots[..width].to_vec();
+    }
+    sum_rows_into_first(rows, width);
+    rows[..width].to_vec()
+}
+
+/// Sums the rows of `rows` pairwise, level by level, into its first row.
+fn sum_rows_into_first(rows: &mut [f64], width: usize) {
+    let mut n = rows.len() / width;
+    while n > 1 {
+        let half = n / 2;
         for i in 0..half {
+            let src = 2 * i * width;
             for c in 0..width {
-                rows[i * width + c] = rows[2 * i * width + c] + rows[(2 * i + 1) * width + c];
+                rows[i * width + c] = rows[src + c] + rows[src + width + c];
             }
         }
-        rows.truncate(half * width);
+        if n % 2 == 1 {
+            // The odd row's sibling is a zero row: `x + 0.0` (which turns -0.0 into +0.0).
+            let src = (n - 1) * width;
+            for c in 0..width {
+                rows[half * width + c] = rows[src + c] + 0.0;
+            }
+        }
+        n = n.div_ceil(2);
     }
-    rows.clone()
 }
 
 /// Some aligned blocks of the summation tree of a run of `paths` paths, in canonical form.
@@ -371,23 +423,80 @@ impl PartialSums {
     }
 }
 
-/// The fixed-order sums of one output over some paths: its values, their squares, and its
-/// derivative with respect to every input (in input order).
+/// One output's leaves for one path, in `manifest::sum_names` order: what every kernel adds to
+/// each sum (TAPE-FORMAT.md, Results). `value` and `greeks` are the path's output and its
+/// derivatives as f64 (empty in price mode); `shifts` are the constants the squares are taken
+/// about: the value's, then (when `greek_sq`) one per Greek.
+///
+/// ```text
+/// finite path:     value, (value - c)^2, greek_i..., (greek_i - c_i)^2... (when greek_sq), 0
+/// non-finite path: 0 for every leaf but the last, which is 1
+/// ```
+///
+/// A path is non-finite for this output when its value or one of its Greeks is NaN or
+/// infinite; its leaves are all left out (0) and it is counted instead.
+pub fn output_leaves(value: f64, greeks: &[f64], shifts: &[f64], greek_sq: bool) -> Vec<f64> {
+    let n = 3 + greeks.len() * if greek_sq { 2 } else { 1 };
+    let mut out = Vec::with_capacity(n);
+    if !value.is_finite() || greeks.iter().any(|g| !g.is_finite()) {
+        out.resize(n - 1, 0.0);
+        out.push(1.0);
+        return out;
+    }
+    let sq = |x: f64, c: f64| {
+        let d = x - c;
+        d * d
+    };
+    out.push(value);
+    out.push(sq(value, shifts.first().copied().unwrap_or(0.0)));
+    out.extend_from_slice(greeks);
+    if greek_sq {
+        for (i, &g) in greeks.iter().enumerate() {
+            out.push(sq(g, shifts.get(1 + i).copied().unwrap_or(0.0)));
+        }
+    }
+    out.push(0.0);
+    out
+}
+
+/// One output's shifts from path 0's value and Greeks (what a host passes, read from path 0's
+/// leaves): the value, then when `greek_sq` each Greek; all 0 when path 0 is non-finite for
+/// this output (its leaves are 0).
+pub fn path_shifts(value: f64, greeks: &[f64], greek_sq: bool) -> Vec<f64> {
+    let leaves = output_leaves(value, greeks, &[], false);
+    let mut out = vec![leaves[0]];
+    if greek_sq {
+        out.extend_from_slice(&leaves[2..2 + greeks.len()]);
+    }
+    out
+}
+
+/// The fixed-order sums of one output over some paths (`manifest::sum_names`): its values, their
+/// squares about `shifts[0]`, its derivative with respect to every input (in input order), their
+/// squares about `shifts[1..]` (empty when the kernel does not sum them), and the count of
+/// non-finite paths, which every other sum leaves out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputSums {
     pub value: PartialSums,
     pub square: PartialSums,
     pub greeks: Vec<PartialSums>,
+    pub greek_squares: Vec<PartialSums>,
+    pub non_finite: PartialSums,
+    /// The shifts the squares were taken about: the value's, then one per Greek square.
+    pub shifts: Vec<f64>,
 }
 
 impl OutputSums {
     /// The sums over paths `start .. start + values.len()` of a run of `paths` paths; `derivs[i][p]`
-    /// is path `start + p`'s derivative with respect to input i.
+    /// is path `start + p`'s derivative with respect to input i. Each path's leaves are
+    /// [`output_leaves`] with `shifts` (one, or 1 + derivs.len() when `greek_sq`).
     pub fn from_leaves(
         paths: u64,
         start: u64,
         values: &[f64],
         derivs: &[Vec<f64>],
+        shifts: &[f64],
+        greek_sq: bool,
     ) -> Result<OutputSums, ReportError> {
         if let Some(d) = derivs.iter().find(|d| d.len() != values.len()) {
             return Err(ReportError::Shape {
@@ -396,25 +505,97 @@ impl OutputSums {
                 got: d.len(),
             });
         }
-        let squares: Vec<f64> = values.iter().map(|x| x * x).collect();
+        let n_shifts = 1 + if greek_sq { derivs.len() } else { 0 };
+        if shifts.len() != n_shifts {
+            return Err(ReportError::Shape {
+                what: "shifts",
+                expected: n_shifts,
+                got: shifts.len(),
+            });
+        }
+        let width = 3 + derivs.len() * if greek_sq { 2 } else { 1 };
+        let mut columns = vec![Vec::with_capacity(values.len()); width];
+        let mut greeks = vec![0.0; derivs.len()];
+        for (p, &v) in values.iter().enumerate() {
+            for (g, d) in greeks.iter_mut().zip(derivs) {
+                *g = d[p];
+            }
+            for (c, leaf) in columns
+                .iter_mut()
+                .zip(output_leaves(v, &greeks, shifts, greek_sq))
+            {
+                c.push(leaf);
+            }
+        }
+        let mut sums = columns
+            .iter()
+            .map(|c| PartialSums::from_leaves(paths, start, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        OutputSums::from_columns(&mut sums, derivs.len(), greek_sq, shifts.to_vec())
+    }
+
+    /// One output's sums from its columns in `manifest::sum_names` order (value, square,
+    /// `n_greeks` Greeks, as many squares when `greek_sq`, non-finite), taken out of `columns`.
+    pub fn from_columns(
+        columns: &mut [PartialSums],
+        n_greeks: usize,
+        greek_sq: bool,
+        shifts: Vec<f64>,
+    ) -> Result<OutputSums, ReportError> {
+        let n_sq = if greek_sq { n_greeks } else { 0 };
+        let width = 3 + n_greeks + n_sq;
+        if columns.len() != width {
+            return Err(ReportError::Shape {
+                what: "sums of one output",
+                expected: width,
+                got: columns.len(),
+            });
+        }
+        if shifts.len() != 1 + n_sq {
+            return Err(ReportError::Shape {
+                what: "shifts",
+                expected: 1 + n_sq,
+                got: shifts.len(),
+            });
+        }
+        let take = |c: &mut PartialSums| {
+            let paths = c.paths();
+            std::mem::replace(
+                c,
+                PartialSums {
+                    paths,
+                    blocks: BTreeMap::new(),
+                },
+            )
+        };
         Ok(OutputSums {
-            value: PartialSums::from_leaves(paths, start, values)?,
-            square: PartialSums::from_leaves(paths, start, &squares)?,
-            greeks: derivs
-                .iter()
-                .map(|d| PartialSums::from_leaves(paths, start, d))
-                .collect::<Result<_, _>>()?,
+            value: take(&mut columns[0]),
+            square: take(&mut columns[1]),
+            greeks: columns[2..2 + n_greeks].iter_mut().map(take).collect(),
+            greek_squares: columns[2 + n_greeks..2 + n_greeks + n_sq]
+                .iter_mut()
+                .map(take)
+                .collect(),
+            non_finite: take(&mut columns[width - 1]),
+            shifts,
         })
     }
 
-    /// Adds `other`'s paths; fails (leaving `self` unchanged) on different shapes, runs or overlap.
+    /// Adds `other`'s paths; fails (leaving `self` unchanged) on different shapes, shifts, runs
+    /// or overlap.
     pub fn merge(&mut self, other: &OutputSums) -> Result<(), ReportError> {
-        if self.greeks.len() != other.greeks.len() {
+        if self.greeks.len() != other.greeks.len()
+            || self.greek_squares.len() != other.greek_squares.len()
+        {
             return Err(ReportError::Shape {
                 what: "greek sums to merge",
-                expected: self.greeks.len(),
-                got: other.greeks.len(),
+                expected: self.greeks.len() + self.greek_squares.len(),
+                got: other.greeks.len() + other.greek_squares.len(),
             });
+        }
+        let bits = |s: &[f64]| s.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        if bits(&self.shifts) != bits(&other.shifts) {
+            return Err(ReportError::Shifts);
         }
         let mut next = self.clone();
         next.value.merge(&other.value)?;
@@ -422,12 +603,18 @@ impl OutputSums {
         for (a, b) in next.greeks.iter_mut().zip(&other.greeks) {
             a.merge(b)?;
         }
+        for (a, b) in next.greek_squares.iter_mut().zip(&other.greek_squares) {
+            a.merge(b)?;
+        }
+        next.non_finite.merge(&other.non_finite)?;
         *self = next;
         Ok(())
     }
 }
 
-/// One output's results.
+/// One output's results. Every mean divides by the paths used, `paths - non_finite`; a
+/// statistic that is undefined (no path used, or one for a standard error) is NaN, which JSON
+/// prints as `null`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OutputReport {
     pub name: String,
@@ -435,6 +622,11 @@ pub struct OutputReport {
     pub stderr: f64,
     /// (input name, d value / d input), in input order.
     pub greeks: Vec<(String, f64)>,
+    /// The standard error of each Greek, in input order; empty when the kernel does not sum the
+    /// Greeks' squares (compiled without them, or price mode).
+    pub greek_stderr: Vec<f64>,
+    /// The paths whose value or one of its Greeks was NaN or infinite, left out of every sum.
+    pub non_finite: u64,
 }
 
 /// The results of a run, one entry per output in output order.
@@ -443,25 +635,43 @@ pub struct Report {
     pub outputs: Vec<OutputReport>,
 }
 
-/// The standard error of the mean from the complete sums: sample sd (n - 1) / sqrt(n); 0 for one path.
-pub fn standard_error(paths: u64, sum: f64, sum_sq: f64) -> f64 {
-    if paths < 2 {
-        return 0.0;
+/// The standard error of the mean over `n` paths from their sum and their sum of squares about
+/// the shift `c`: the sample standard deviation (n - 1) / sqrt(n), with the sample variance
+/// `(sum_sq - n (mean - c)^2) / (n - 1)` (clamped at 0), `mean = sum / n`. The squares about a
+/// `c` near the mean (path 0's leaf) keep the cancellation small: an output of 1e8 + N(0,1)
+/// keeps its variance, where `sum of x^2 - sum^2 / n` loses it all. NaN for fewer than 2 paths
+/// (undefined) and whenever a sum is NaN.
+pub fn standard_error(n: u64, sum: f64, sum_sq: f64, c: f64) -> f64 {
+    if n < 2 {
+        return f64::NAN;
     }
-    let n = paths as f64;
-    let var = ((sum_sq - sum * (sum / n)) / (n - 1.0)).max(0.0);
-    var.sqrt() / n.sqrt()
+    let nf = n as f64;
+    let d = sum / nf - c;
+    let var = ((sum_sq - nf * d * d) / (nf - 1.0)).max(0.0);
+    // max(NaN, 0) is 0 in Rust: keep a NaN variance NaN.
+    let var = if sum.is_nan() || sum_sq.is_nan() {
+        f64::NAN
+    } else {
+        var
+    };
+    var.sqrt() / nf.sqrt()
 }
 
 impl OutputReport {
-    /// One output's results from its complete sums (`greek_sums` in input order, paired with `inputs`).
+    /// One output's results from its complete sums (`greek_sums` and `greek_sq_sums` in input
+    /// order, paired with `inputs`; `greek_sq_sums` empty when not summed), the non-finite count
+    /// and the shifts (the value's, then one per Greek square).
+    #[allow(clippy::too_many_arguments)]
     pub fn from_totals(
         name: &str,
         paths: u64,
+        non_finite: u64,
         sum: f64,
         sum_sq: f64,
         inputs: &[String],
         greek_sums: &[f64],
+        greek_sq_sums: &[f64],
+        shifts: &[f64],
     ) -> Result<OutputReport, ReportError> {
         if paths == 0 {
             return Err(ReportError::NoPaths);
@@ -473,16 +683,38 @@ impl OutputReport {
                 got: greek_sums.len(),
             });
         }
-        let n = paths as f64;
+        if !greek_sq_sums.is_empty() && greek_sq_sums.len() != greek_sums.len() {
+            return Err(ReportError::Shape {
+                what: "greek squares per input",
+                expected: greek_sums.len(),
+                got: greek_sq_sums.len(),
+            });
+        }
+        if shifts.len() != 1 + greek_sq_sums.len() {
+            return Err(ReportError::Shape {
+                what: "shifts",
+                expected: 1 + greek_sq_sums.len(),
+                got: shifts.len(),
+            });
+        }
+        let used = paths.saturating_sub(non_finite);
+        let n = used as f64;
         Ok(OutputReport {
             name: name.to_string(),
             value: sum / n,
-            stderr: standard_error(paths, sum, sum_sq),
+            stderr: standard_error(used, sum, sum_sq, shifts[0]),
             greeks: inputs
                 .iter()
                 .zip(greek_sums)
                 .map(|(i, g)| (i.clone(), g / n))
                 .collect(),
+            greek_stderr: greek_sq_sums
+                .iter()
+                .zip(greek_sums)
+                .zip(&shifts[1..])
+                .map(|((&q, &g), &c)| standard_error(used, g, q, c))
+                .collect(),
+            non_finite,
         })
     }
 }
@@ -501,22 +733,25 @@ impl Report {
                 got: sums.len(),
             });
         }
+        let totals = |ps: &[PartialSums]| -> Result<Vec<f64>, ReportError> {
+            ps.iter().map(|g| g.total()).collect()
+        };
         let outputs = outputs
             .iter()
             .zip(sums)
             .map(|(name, s)| {
-                let greeks: Vec<f64> = s
-                    .greeks
-                    .iter()
-                    .map(|g| g.total())
-                    .collect::<Result<_, _>>()?;
+                let non_finite = s.non_finite.total()?;
                 OutputReport::from_totals(
                     name,
                     s.value.paths(),
+                    // A sum of 0/1 leaves: an exact integer below 2^53 paths.
+                    non_finite as u64,
                     s.value.total()?,
                     s.square.total()?,
                     inputs,
-                    &greeks,
+                    &totals(&s.greeks)?,
+                    &totals(&s.greek_squares)?,
+                    &s.shifts,
                 )
             })
             .collect::<Result<_, _>>()?;
@@ -534,6 +769,38 @@ mod tests {
             return leaves.get(a).copied().unwrap_or(0.0);
         }
         naive_tree(leaves, a, m / 2) + naive_tree(leaves, a + m / 2, m / 2)
+    }
+
+    #[test]
+    fn rows_summed_on_threads_have_every_columns_tree_bits() {
+        // Columns of values across magnitudes and signed zeros, where the order shows.
+        let value = |r: usize, c: usize| match (r * 7 + c * 3) % 11 {
+            0 => -0.0,
+            k => ((r as f64 * 0.37 + c as f64).sin()) * 10f64.powi(k as i32 * 3 - 12),
+        };
+        for n in [1usize, 2, 3, 5, 8, 13, 64, 100, 1000, 1025] {
+            for width in [1usize, 3, 7] {
+                let table: Vec<f64> = (0..n)
+                    .flat_map(|r| (0..width).map(move |c| value(r, c)))
+                    .collect();
+                let want: Vec<u64> = (0..width)
+                    .map(|c| {
+                        let col: Vec<f64> = (0..n).map(|r| value(r, c)).collect();
+                        naive_tree(&col, 0, n.next_power_of_two()).to_bits()
+                    })
+                    .collect();
+                for threads in [1, 2, 3, 8] {
+                    let mut rows = table.clone();
+                    rows.extend(std::iter::repeat_n(1e300, width - 1)); // a partial row: ignored
+                    let got: Vec<u64> = tree_sum_rows_on(&mut rows, width, threads, 1)
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect();
+                    assert_eq!(got, want, "n {n} width {width} threads {threads}");
+                }
+            }
+        }
+        assert_eq!(tree_sum_rows(&mut [], 2), [0.0, 0.0]);
     }
 
     #[test]
@@ -682,27 +949,37 @@ mod tests {
         // Paths 1, 2, 3, 4: mean 2.5, sample variance 5/3.
         let v = [1.0, 2.0, 3.0, 4.0];
         let d = vec![vec![2.0, 2.0, 2.0, 4.0], vec![0.0; 4]];
-        let s = OutputSums::from_leaves(4, 0, &v, &d).unwrap();
+        let s = OutputSums::from_leaves(4, 0, &v, &d, &[0.0, 0.0, 0.0], true).unwrap();
         let names = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let r = Report::from_sums(&names(&["price"]), &names(&["spot", "vol"]), &[s]).unwrap();
         let o = &r.outputs[0];
         assert_eq!(o.name, "price");
         assert_eq!(o.value, 2.5);
-        assert_eq!(o.stderr, ((30.0 - 10.0 * 2.5) / 3.0f64).sqrt() / 2.0);
+        assert_eq!(o.stderr, ((30.0 - 4.0 * 2.5 * 2.5) / 3.0f64).sqrt() / 2.0);
         assert_eq!(
             o.greeks,
             vec![("spot".to_string(), 2.5), ("vol".to_string(), 0.0)]
         );
+        // spot's derivative: 2, 2, 2, 4 (mean 2.5, sample variance 1); vol's: constant.
+        assert_eq!(o.greek_stderr, vec![0.5, 0.0]);
+        assert_eq!(o.non_finite, 0);
         let json = serde_json::to_string(&r).unwrap();
         assert_eq!(
             json,
-            r#"{"outputs":[{"name":"price","value":2.5,"stderr":0.6454972243679028,"greeks":[["spot",2.5],["vol",0.0]]}]}"#
+            r#"{"outputs":[{"name":"price","value":2.5,"stderr":0.6454972243679028,"greeks":[["spot",2.5],["vol",0.0]],"greek_stderr":[0.5,0.0],"non_finite":0}]}"#
         );
-        assert_eq!(standard_error(1, 5.0, 25.0), 0.0);
-        assert_eq!(standard_error(3, 3.0, 3.0), 0.0); // constant paths
-        let short = OutputSums::from_leaves(4, 0, &v, &[vec![1.0]]);
+        // The shift changes nothing but rounding.
+        let shifted = OutputSums::from_leaves(4, 0, &v, &d, &[3.0, 2.0, -1.0], true).unwrap();
+        let r2 =
+            Report::from_sums(&names(&["price"]), &names(&["spot", "vol"]), &[shifted]).unwrap();
+        assert_eq!(r2.outputs[0].stderr, o.stderr);
+        assert_eq!(r2.outputs[0].greek_stderr, o.greek_stderr);
+        assert!(standard_error(1, 5.0, 0.0, 5.0).is_nan()); // one path: undefined
+        assert_eq!(standard_error(3, 3.0, 0.0, 1.0), 0.0); // constant paths
+        assert!(standard_error(3, f64::NAN, 0.0, 0.0).is_nan());
+        let short = OutputSums::from_leaves(4, 0, &v, &[vec![1.0]], &[0.0, 0.0], true);
         assert!(matches!(short, Err(ReportError::Shape { .. })));
-        let partial = OutputSums::from_leaves(8, 0, &v, &d).unwrap();
+        let partial = OutputSums::from_leaves(8, 0, &v, &d, &[0.0], false).unwrap();
         let r = Report::from_sums(&names(&["p"]), &names(&["a", "b"]), &[partial]);
         assert_eq!(
             r,
@@ -711,6 +988,84 @@ mod tests {
                 paths: 8
             })
         );
+    }
+
+    /// An output of 1e8 + N(0,1)-like noise: the one-pass variance about 0 cancels to nothing,
+    /// the squares about path 0's value keep it.
+    #[test]
+    fn no_catastrophic_cancellation() {
+        let n = 100_000usize;
+        let noise: Vec<f64> = (0..n)
+            .map(|i| crate::philox::normal_f64(7, i as u64, 0))
+            .collect();
+        let v: Vec<f64> = noise.iter().map(|z| 1e8 + z).collect();
+        let d = vec![v.clone()]; // a Greek of the same size
+        let naive = OutputSums::from_leaves(n as u64, 0, &v, &d, &[0.0, 0.0], true).unwrap();
+        let names = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let r = Report::from_sums(&names(&["x"]), &names(&["a"]), &[naive]).unwrap();
+        let want = {
+            let mean = noise.iter().sum::<f64>() / n as f64;
+            let var = noise.iter().map(|z| (z - mean) * (z - mean)).sum::<f64>() / (n - 1) as f64;
+            (var / n as f64).sqrt()
+        };
+        // About 0 the variance is lost (what the report printed before shifts).
+        assert!(
+            (r.outputs[0].stderr - want).abs() > 0.1 * want,
+            "{}",
+            r.outputs[0].stderr
+        );
+        let c = v[0];
+        let shifted = OutputSums::from_leaves(n as u64, 0, &v, &d, &[c, c], true).unwrap();
+        let r = Report::from_sums(&names(&["x"]), &names(&["a"]), &[shifted]).unwrap();
+        let o = &r.outputs[0];
+        assert!(
+            (o.stderr - want).abs() < 1e-6 * want,
+            "{} vs {want}",
+            o.stderr
+        );
+        assert!((o.greek_stderr[0] - want).abs() < 1e-6 * want);
+        assert!((o.stderr - 1.0 / (n as f64).sqrt()).abs() < 0.01 / (n as f64).sqrt());
+    }
+
+    /// A path whose value or Greek is NaN or infinite is counted and left out of every sum of
+    /// that output; a report with no path left is NaN (JSON null), never `± 0`.
+    #[test]
+    fn non_finite_paths_are_counted_and_left_out() {
+        let v = [1.0, f64::NAN, 3.0, 5.0, 7.0];
+        let d = vec![vec![1.0, 1.0, f64::INFINITY, 1.0, 3.0]];
+        let s = OutputSums::from_leaves(5, 0, &v, &d, &[1.0, 1.0], true).unwrap();
+        let names = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let r = Report::from_sums(&names(&["p"]), &names(&["a"]), &[s]).unwrap();
+        let o = &r.outputs[0];
+        assert_eq!(o.non_finite, 2);
+        // Paths 0, 3, 4: values 1, 5, 7; Greeks 1, 1, 3.
+        assert_eq!(o.value, 13.0 / 3.0);
+        assert_eq!(o.greeks[0].1, 5.0 / 3.0);
+        let var = ((1.0f64 - 13.0 / 3.0).powi(2)
+            + (5.0f64 - 13.0 / 3.0).powi(2)
+            + (7.0f64 - 13.0 / 3.0).powi(2))
+            / 2.0;
+        assert!((o.stderr - (var / 3.0).sqrt()).abs() < 1e-12);
+        assert_eq!(
+            output_leaves(f64::NAN, &[1.0], &[0.0, 0.0], true),
+            [0.0, 0.0, 0.0, 0.0, 1.0]
+        );
+        assert_eq!(output_leaves(2.0, &[], &[1.0], false), [2.0, 1.0, 0.0]);
+        let all_bad =
+            OutputSums::from_leaves(2, 0, &[f64::NAN, f64::INFINITY], &[], &[0.0], false).unwrap();
+        let r = Report::from_sums(&names(&["p"]), &[], &[all_bad]).unwrap();
+        let o = &r.outputs[0];
+        assert_eq!(o.non_finite, 2);
+        assert!(o.value.is_nan() && o.stderr.is_nan());
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            json,
+            r#"{"outputs":[{"name":"p","value":null,"stderr":null,"greeks":[],"greek_stderr":[],"non_finite":2}]}"#
+        );
+        // Sums about other shifts do not merge.
+        let a = OutputSums::from_leaves(2048, 0, &[1.0; 1024], &[], &[0.0], false).unwrap();
+        let mut b = OutputSums::from_leaves(2048, 1024, &[1.0; 1024], &[], &[1.0], false).unwrap();
+        assert_eq!(b.merge(&a), Err(ReportError::Shifts));
     }
 
     fn leaf() -> impl Strategy<Value = f64> {

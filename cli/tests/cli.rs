@@ -351,7 +351,103 @@ fn forward_mode_gives_the_reverse_greeks() {
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("k.cu.json")).unwrap()).unwrap();
     assert_eq!(m["mode"], "forward");
-    assert_eq!(m["sums"].as_array().unwrap().len(), 7);
+    assert_eq!(m["sums"].as_array().unwrap().len(), 13);
+}
+
+/// An Asian call over `steps` steps whose vol is a different input at every step (bucketed
+/// vega at its finest): steps + 3 inputs, every one reaching the one output.
+fn per_step_vol_tape(steps: u32) -> String {
+    let mut t = String::from(
+        "nablatape 1\n%0 = input spot 100.0\n%1 = input strike 100.0\n%2 = input rate 0.03\n",
+    );
+    let vol = |i: u32| 3 + i;
+    for i in 0..steps {
+        t += &format!("%{} = input vol{i} 0.2\n", vol(i));
+    }
+    let mut k = 3 + steps;
+    let mut node = |t: &mut String, text: String| {
+        *t += &format!("%{k} = {text}\n");
+        k += 1;
+        k - 1
+    };
+    let sdt = node(&mut t, format!("const {}", (1.0 / f64::from(steps)).sqrt()));
+    let (mut s, mut sum) = (0, node(&mut t, "const 0.0".into()));
+    for i in 0..steps {
+        let z = node(&mut t, format!("normal {i}"));
+        let v = node(&mut t, format!("mul %{} %{sdt}", vol(i)));
+        let x = node(&mut t, format!("mul %{v} %{z}"));
+        let e = node(&mut t, format!("exp %{x}"));
+        s = node(&mut t, format!("mul %{s} %{e}"));
+        sum = node(&mut t, format!("add %{sum} %{s}"));
+    }
+    let n = node(&mut t, format!("const {steps}.0"));
+    let mean = node(&mut t, format!("div %{sum} %{n}"));
+    let x = node(&mut t, format!("sub %{mean} %1"));
+    let zero = node(&mut t, "const 0.0".into());
+    let pay = node(&mut t, format!("max %{x} %{zero}"));
+    let _ = node(&mut t, format!("mul %{pay} %2"));
+    t + &format!("output price = %{}\n", k - 1)
+}
+
+#[test]
+fn auto_mode_compiles_the_cost_models_choice() {
+    let d = scratch("auto");
+    ok(&["record", "asian", "--steps", "252", "-o", "a.bin"], &d);
+    std::fs::write(d.join("v.ntape"), per_step_vol_tape(64)).unwrap();
+    let choice = |tape: &str, target: &str| -> Value {
+        serde_json::from_str(&ok(
+            &[
+                "explain", tape, "--mode", "auto", "--target", target, "--json",
+            ],
+            &d,
+        ))
+        .unwrap()
+    };
+    // Five inputs: forward mode on the GPU (its tangents cost less than the reverse sweep).
+    let j = choice("a.bin", "cuda");
+    assert_eq!(j["kernel"], "forward", "{j}");
+    let kernels: Vec<&str> = j["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kernel"].as_str().unwrap())
+        .collect();
+    assert_eq!(kernels, ["price", "forward", "reverse", "reverse-plain"]);
+    // 67 inputs meeting in one output: 67 directions against one adjoint lane.
+    for target in ["cuda", "cpu"] {
+        assert_eq!(choice("v.ntape", target)["kernel"], "reverse", "{target}");
+    }
+    let text = ok(
+        &["explain", "a.bin", "--mode", "auto", "--target", "cuda"],
+        &d,
+    );
+    assert!(
+        text.contains("* forward") && text.contains("ns/path"),
+        "{text}"
+    );
+    // The default mode is auto: the compiled kernel is the choice.
+    let mode = |args: &[&str]| -> String {
+        ok(args, &d);
+        let m: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("k.cu.json")).unwrap()).unwrap();
+        m["mode"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        mode(&["a.bin", "--target", "cuda", "-o", "k.cu"]),
+        "forward"
+    );
+    assert_eq!(
+        mode(&["v.ntape", "--target", "cuda", "-o", "k.cu"]),
+        "reverse"
+    );
+    // Checkpoint options are read by reverse mode only: auto honours them by choosing it.
+    assert_eq!(
+        mode(&["a.bin", "--target", "cuda", "--segments", "8", "-o", "k.cu"]),
+        "reverse"
+    );
+    // --target and --precision are for explain --mode auto only.
+    let e = fails(&["explain", "a.bin", "--target", "cuda"], &d, 1);
+    assert!(e.contains("--target is for --mode auto"), "{e}");
 }
 
 #[test]
@@ -1208,4 +1304,149 @@ fn progress_bar_on_a_terminal_for_long_runs_only() {
         !tty.contains("/200,000 paths"),
         "no bar for a short run: {tty}"
     );
+}
+
+/// Issue 12, point 2: every Greek has its standard error, non-finite paths are counted, left out
+/// and warned about (an error with --strict), standard errors do not cancel, and the JSON says
+/// what produced it.
+#[test]
+fn results_one_can_trust() {
+    let d = scratch("trust");
+    let run = |args: &[&str]| -> (Value, String) {
+        let out = nablac(args, &d);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            serde_json::from_slice(&out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    // log(x * z) is NaN where the draw z is negative: about half the paths, counted and left out.
+    std::fs::write(
+        d.join("log.ntape"),
+        "nablatape 1\n%0 = input x 1\n%1 = normal 0\n%2 = mul %0 %1\n%3 = log %2\noutput y = %3\n",
+    )
+    .unwrap();
+    let (j, err) = run(&[
+        "run",
+        "log.ntape",
+        "--paths",
+        "8192",
+        "--seed",
+        "3",
+        "--json",
+    ]);
+    let y = &j["outputs"]["y"];
+    let bad = y["non_finite"].as_u64().unwrap();
+    assert!(bad > 3800 && bad < 4400, "{bad}");
+    assert!(
+        err.contains("warning: y:") && err.contains("non-finite"),
+        "{err}"
+    );
+    // E[log |z|] = -(gamma + ln 2) / 2 = -0.635, over the positive half alike.
+    let v = y["value"].as_f64().unwrap();
+    assert!(
+        (v + 0.635).abs() < 5.0 * y["stderr"].as_f64().unwrap(),
+        "{v}"
+    );
+    // d/dx = 1/x = 1 on every path used: the mean 1, its standard error 0 (to rounding).
+    assert!((y["greeks"]["x"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+    assert!(y["greek_stderr"]["x"].as_f64().unwrap() < 1e-12);
+    let e = fails(&["run", "log.ntape", "--paths", "8192", "--strict"], &d, 1);
+    assert!(e.contains("--strict") && e.contains("non-finite"), "{e}");
+
+    // 1e8 + N(0,1): the standard error is 1/sqrt(paths), not 0.
+    std::fs::write(
+        d.join("big.ntape"),
+        "nablatape 1\n%0 = input x 100000000\n%1 = normal 0\n%2 = add %0 %1\noutput y = %2\n",
+    )
+    .unwrap();
+    let (j, _) = run(&["run", "big.ntape", "--paths", "100000", "--json"]);
+    let se = j["outputs"]["y"]["stderr"].as_f64().unwrap();
+    assert!((se * 100000f64.sqrt() - 1.0).abs() < 0.02, "{se}");
+    assert_eq!(j["outputs"]["y"]["greek_stderr"]["x"].as_f64(), Some(0.0));
+
+    // The European call at maturity 0: d/dmaturity is NaN on every path, so every path is left
+    // out, nothing is averaged in silently, and NaN prints as null (never "± 0").
+    ok(&["record", "european", "-o", "e.bin"], &d);
+    let (j, err) = run(&[
+        "run",
+        "e.bin",
+        "--paths",
+        "4096",
+        "--market",
+        "maturity=0",
+        "--json",
+    ]);
+    let p = &j["outputs"]["price"];
+    assert_eq!(p["non_finite"], 4096);
+    assert!(p["value"].is_null() && p["stderr"].is_null(), "{p}");
+    assert!(err.contains("4096 of 4096 paths"), "{err}");
+    let table = nablac(
+        &["run", "e.bin", "--paths", "4096", "--market", "maturity=0"],
+        &d,
+    );
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        !text.contains("± 0.000e0") && text.contains("4096 non-finite"),
+        "{text}"
+    );
+    fails(
+        &[
+            "run",
+            "e.bin",
+            "--paths",
+            "4096",
+            "--market",
+            "maturity=0",
+            "--strict",
+        ],
+        &d,
+        1,
+    );
+
+    // The JSON echoes its context; the Greeks carry standard errors.
+    let (j, err) = run(&[
+        "run", "e.bin", "--paths", "4096", "--seed", "9", "--market", "spot=105", "--mode",
+        "reverse", "--json",
+    ]);
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(j["target"], "cpu");
+    assert_eq!(j["precision"], "f64");
+    assert_eq!(j["mode"], "reverse");
+    assert_eq!(j["paths"], 4096);
+    assert_eq!(j["seed"], 9);
+    assert_eq!(j["market"]["spot"], 105.0);
+    assert_eq!(j["market"].as_object().unwrap().len(), 5);
+    assert!(j["device"].as_str().unwrap().starts_with("CPU"));
+    assert_eq!(j["tape_hash"].as_str().unwrap().len(), 64);
+    assert_eq!(j["kernel_hash"].as_str().unwrap().len(), 64);
+    assert!(j["cache_hit"].is_null());
+    assert!(j["timings"]["run"].as_f64().unwrap() > 0.0);
+    let p = &j["outputs"]["price"];
+    assert_eq!(p["non_finite"], 0);
+    for (input, se) in p["greek_stderr"].as_object().unwrap() {
+        let se = se.as_f64().unwrap();
+        assert!(se > 0.0 && se < 5.0, "{input}: {se}");
+    }
+    // Without the Greeks' squares: no greek_stderr, and the option cannot apply to a price kernel.
+    let (j, _) = run(&[
+        "run",
+        "e.bin",
+        "--paths",
+        "1024",
+        "--greek-stderr",
+        "false",
+        "--json",
+    ]);
+    assert!(j["outputs"]["price"].get("greek_stderr").is_none());
+    let e = fails(
+        &["run", "e.bin", "--mode", "price", "--greek-stderr", "true"],
+        &d,
+        1,
+    );
+    assert!(e.contains("--greek-stderr"), "{e}");
 }

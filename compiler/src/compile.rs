@@ -29,6 +29,9 @@ pub struct CompileOptions {
     pub min_blocks: Option<u32>,
     /// Which back end writes the CPU code (target cpu): Cranelift, the reference, by default.
     pub cpu_backend: CpuBackend,
+    /// Sum the Greeks' squares, for their standard errors (on by default on every target; price
+    /// kernels have no Greeks and ignore it).
+    pub greek_stderr: bool,
 }
 
 /// The CPU code's back end: Cranelift (CLIF text, scalar, one path at a time; the reference) or
@@ -66,7 +69,7 @@ impl CpuBackend {
 pub const DEFAULT_MIN_BLOCKS: u32 = 4;
 
 /// The launch-bounds hint `opts` asks for on `plan` (see `CompileOptions::min_blocks`).
-fn min_blocks(opts: &CompileOptions, plan: &Plan) -> Option<u32> {
+pub(crate) fn min_blocks(opts: &CompileOptions, plan: &Plan) -> Option<u32> {
     match opts.min_blocks {
         Some(0) => None,
         Some(n) => Some(n),
@@ -102,6 +105,7 @@ impl CompileOptions {
             annotate: false,
             min_blocks: None,
             cpu_backend: CpuBackend::Cranelift,
+            greek_stderr: true,
         }
     }
 }
@@ -147,7 +151,7 @@ pub const MAX_MIN_BLOCKS: u32 = 32;
 pub const MAX_SEGMENTS: u32 = 1 << 20;
 
 /// Every numeric option in its range (workgroup sizes are the emitter's to check).
-fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
+pub(crate) fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
     let out = |option, value: u32, range| {
         Err(CompileError::OutOfRange {
             option,
@@ -209,6 +213,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
             let o = crate::clif::Options {
                 mode: opts.mode,
                 precision: opts.precision,
+                greek_stderr: opts.greek_stderr,
             };
             match opts.cpu_backend {
                 CpuBackend::Cranelift => {
@@ -241,6 +246,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                     scratch_layout: opts.scratch_layout,
                     annotate: opts.annotate,
                     min_blocks: min_blocks(opts, &plan),
+                    greek_stderr: opts.greek_stderr,
                 },
             )?;
             (k.source, k.manifest)

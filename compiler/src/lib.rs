@@ -12,6 +12,7 @@ pub mod clif;
 pub mod closed_form;
 pub mod compile;
 pub mod corpus;
+pub mod cost;
 pub mod emit;
 pub mod format;
 #[cfg(feature = "llvm")]

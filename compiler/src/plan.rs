@@ -10,7 +10,7 @@ use std::ops::Range;
 pub use nablac_abi::manifest::Checkpoint;
 
 /// The knobs of segmentation (`--segments`, `--ckpt-nodes`, `--seg-len`, `--checkpoint`).
-#[derive(Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct SegmentOptions {
     pub strategy: Checkpoint,
     /// `Some(1)` switches checkpointing off; `Some(n > 1)` forces n segments whatever the length.

@@ -10,7 +10,7 @@
 
 use crate::ops::{self, Operands};
 use crate::philox::{normal_f32, normal_f64, uniform_f32, uniform_f64};
-use crate::report::{OutputSums, Report, ReportError};
+use crate::report::{path_shifts, OutputSums, Report, ReportError};
 use crate::tape::{DrawKind, Node, Tape};
 use crate::verify::Verified;
 
@@ -181,7 +181,8 @@ fn path_unchecked<T: Float>(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -
     PathResult { outputs, greeks }
 }
 
-/// The report of paths `0..paths` under `seed` at input values `inputs`, summed in the fixed order.
+/// The report of paths `0..paths` under `seed` at input values `inputs`, summed in the fixed order
+/// (every Greek with its standard error; the squares about path 0's leaves).
 pub fn evaluate(
     tape: &Verified,
     inputs: &[f64],
@@ -191,6 +192,11 @@ pub fn evaluate(
     check(tape, inputs)?;
     let (n_out, n_in) = (tape.outputs.len(), inputs.len());
     let mut sums: Option<Vec<OutputSums>> = None;
+    // The squares are taken about path 0's leaves (TAPE-FORMAT.md, Results).
+    let first = path_unchecked::<f64>(tape, inputs, seed, 0);
+    let shifts: Vec<Vec<f64>> = (0..n_out)
+        .map(|o| path_shifts(first.outputs[o], &first.greeks[o], true))
+        .collect();
     const CHUNK: u64 = 1024;
     let mut start = 0;
     while start < paths {
@@ -207,7 +213,9 @@ pub fn evaluate(
             }
         }
         let chunk: Vec<OutputSums> = (0..n_out)
-            .map(|o| OutputSums::from_leaves(paths, start, &values[o], &derivs[o]))
+            .map(|o| {
+                OutputSums::from_leaves(paths, start, &values[o], &derivs[o], &shifts[o], true)
+            })
             .collect::<Result<_, _>>()?;
         match &mut sums {
             None => sums = Some(chunk),
@@ -411,7 +419,12 @@ mod tests {
         let rep = evaluate(&t, &[2.0], 7, paths).unwrap();
         let leaves: Vec<f64> = (0..paths).map(|p| 2.0 * normal_f64(7, p, 0)).collect();
         let d: Vec<f64> = (0..paths).map(|p| normal_f64(7, p, 0)).collect();
-        let sq: Vec<f64> = leaves.iter().map(|x| x * x).collect();
+        // The squares about path 0's leaf.
+        let sq: Vec<f64> = leaves
+            .iter()
+            .map(|x| (x - leaves[0]) * (x - leaves[0]))
+            .collect();
+        let dsq: Vec<f64> = d.iter().map(|x| (x - d[0]) * (x - d[0])).collect();
         let n = paths as f64;
         let o = &rep.outputs[0];
         assert_eq!(o.name, "out0");
@@ -420,8 +433,16 @@ mod tests {
         let (s1, s2) = (tree_sum(&leaves), tree_sum(&sq));
         assert_eq!(
             o.stderr.to_bits(),
-            crate::report::standard_error(paths, s1, s2).to_bits()
+            crate::report::standard_error(paths, s1, s2, leaves[0]).to_bits()
         );
+        assert_eq!(
+            o.greek_stderr[0].to_bits(),
+            crate::report::standard_error(paths, tree_sum(&d), tree_sum(&dsq), d[0]).to_bits()
+        );
+        // d out0 / dx is a normal draw: its standard error is 1 / sqrt(paths), about.
+        assert!((o.greek_stderr[0] * n.sqrt() - 1.0).abs() < 0.05);
+        assert_eq!(rep.outputs[1].greek_stderr, vec![0.0]);
+        assert_eq!(o.non_finite, 0);
         assert!(o.value.abs() < 4.0 * o.stderr && o.stderr > 0.03 && o.stderr < 0.05);
         assert_eq!(rep.outputs[1].value, 2.0);
         assert_eq!(rep.outputs[1].stderr, 0.0);

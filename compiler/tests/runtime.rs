@@ -150,9 +150,10 @@ fn bits(r: &Report) -> Vec<u64> {
     r.outputs
         .iter()
         .flat_map(|o| {
-            [o.value.to_bits(), o.stderr.to_bits()]
+            [o.value.to_bits(), o.stderr.to_bits(), o.non_finite]
                 .into_iter()
                 .chain(o.greeks.iter().map(|g| g.1.to_bits()))
+                .chain(o.greek_stderr.iter().map(|g| g.to_bits()))
         })
         .collect()
 }
@@ -230,9 +231,20 @@ fn check_bits(
         );
         // Partial sums of ranges, merged out of order, make the same report (a run split
         // across devices); a range that does not start on a 1024 boundary is refused.
+        let shifts = backend
+            .shifts(&plain, &market, SEED, &RunOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: shifts: {e}"));
         let part = |r: std::ops::Range<u64>| {
             backend
-                .partial_sums(&plain, &market, SEED, paths, r, &RunOptions::default())
+                .partial_sums(
+                    &plain,
+                    &market,
+                    &shifts,
+                    SEED,
+                    paths,
+                    r,
+                    &RunOptions::default(),
+                )
                 .unwrap_or_else(|e| panic!("{what}: partial sums: {e}"))
         };
         let mut merged = part(2048..paths);
@@ -243,13 +255,18 @@ fn check_bits(
         }
         assert_eq!(
             want,
-            bits(&backend.report(&plain, &merged).expect("complete sums")),
+            bits(
+                &backend
+                    .report(&plain, &merged, &shifts)
+                    .expect("complete sums")
+            ),
             "{what}: partial sums of three ranges vs one run"
         );
         assert!(backend
             .partial_sums(
                 &plain,
                 &market,
+                &shifts,
                 SEED,
                 paths,
                 100..1024,
@@ -308,9 +325,42 @@ fn close(got: f64, want: &definition::Stat, rel: f64) -> bool {
     (got - want.mean).abs() <= rel * want.mean.abs().max(want.abs_mean).max(1e-300)
 }
 
-/// The report against the definition: every value and Greek within `rel`.
+/// A standard error against the definition's (two-pass, over the same finite paths): within
+/// `rel` of it, or of the scale of the values where it is near zero (a constant Greek).
+fn close_se(got: f64, want: &definition::Stat, rel: f64) -> bool {
+    (got.is_nan() && want.se.is_nan())
+        || (got - want.se).abs() <= rel * want.se.max(1e-9 * want.abs_mean).max(1e-300)
+}
+
+/// The report against the definition: every value and Greek within `rel`, the non-finite counts
+/// equal, the standard errors (value and Greeks) within `10 * rel`.
 fn check_against(what: &str, r: &Report, d: &definition::Run, rel: f64) {
     for (o, out) in r.outputs.iter().enumerate() {
+        assert_eq!(
+            out.non_finite, d.non_finite[o],
+            "{what} {}: non-finite paths",
+            out.name
+        );
+        if d.values[o].se.is_finite() {
+            assert!(
+                close_se(out.stderr, &d.values[o], 10.0 * rel),
+                "{what} {}: stderr {} vs the definition's {}",
+                out.name,
+                out.stderr,
+                d.values[o].se
+            );
+        }
+        for (i, se) in out.greek_stderr.iter().enumerate() {
+            if d.greeks[o][i].se.is_finite() {
+                assert!(
+                    close_se(*se, &d.greeks[o][i], 10.0 * rel),
+                    "{what} {}: stderr of d/d{} {se} vs the definition's {}",
+                    out.name,
+                    out.greeks[i].0,
+                    d.greeks[o][i].se
+                );
+            }
+        }
         assert!(
             close(out.value, &d.values[o], rel),
             "{what} {}: value {} vs the definition's {}",
@@ -652,10 +702,14 @@ fn a_uniform_at_the_top_counter_stays_below_one() {
                 .remove(0);
             let d = definition::run(&tape, &[2.0], SEED, 1, variates);
             let what = format!("{} {precision:?} uniform at the top", backend_name(target));
+            let o = &r.outputs[0];
             assert!(
-                bits(&r).iter().all(|&b| f64::from_bits(b).is_finite()),
+                o.value.is_finite() && o.greeks.iter().all(|g| g.1.is_finite()),
                 "{what}: {r:?}"
             );
+            // One path: no standard error (undefined, NaN), never a made-up 0.
+            assert!(o.stderr.is_nan() && o.greek_stderr.iter().all(|s| s.is_nan()));
+            assert_eq!(o.non_finite, 0);
             check_against(&what, &r, &d, rel);
         }
     }

@@ -47,27 +47,16 @@ pub fn entry_signature() -> Signature {
 /// The f64 values one path writes for `manifest`: `manifest.sums.len()`, checked against its
 /// mode, inputs and outputs.
 pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
-    let n_inputs = manifest.inputs.len();
-    let per_output = if manifest.mode.has_greeks() {
-        2 + n_inputs
-    } else {
-        2
-    };
-    let row = manifest.sums.len();
-    if manifest.input_defaults.len() != n_inputs
-        || row != per_output * manifest.outputs.len()
-        || row == 0
-    {
+    if manifest.input_defaults.len() != manifest.inputs.len() || manifest.outputs.is_empty() {
         return Err(RuntimeError::Manifest(format!(
-            "{} sums for {} outputs and {} inputs ({} defaults) in {:?} mode",
-            row,
-            manifest.outputs.len(),
-            n_inputs,
+            "{} inputs with {} defaults and {} outputs",
+            manifest.inputs.len(),
             manifest.input_defaults.len(),
-            manifest.mode
+            manifest.outputs.len()
         )));
     }
-    Ok(row)
+    manifest.layout().map_err(RuntimeError::Manifest)?;
+    Ok(manifest.sums.len())
 }
 
 /// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it;
@@ -106,6 +95,7 @@ fn load_llvm(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError
         entry,
         precision: manifest.precision,
         n_inputs: manifest.inputs.len(),
+        n_shifts: manifest.shifts.len(),
         row,
     })
 }
@@ -204,6 +194,8 @@ pub struct Compiled {
     entry: Entry,
     precision: Precision,
     n_inputs: usize,
+    /// Values after the market in the inputs buffer (`manifest.shifts`).
+    n_shifts: usize,
     row: usize,
 }
 
@@ -226,6 +218,7 @@ impl std::fmt::Debug for Compiled {
         f.debug_struct("Compiled")
             .field("precision", &self.precision)
             .field("n_inputs", &self.n_inputs)
+            .field("n_shifts", &self.n_shifts)
             .field("row", &self.row)
             .finish()
     }
@@ -354,6 +347,7 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
         entry,
         precision: manifest.precision,
         n_inputs,
+        n_shifts: manifest.shifts.len(),
         row,
     })
 }
@@ -373,13 +367,24 @@ impl Compiled {
         first_path: u64,
         out: &mut [f64],
     ) -> Result<(), RuntimeError> {
-        if inputs.len() != self.n_inputs {
+        let full = self.n_inputs + self.n_shifts;
+        if inputs.len() != self.n_inputs && inputs.len() != full {
             return Err(RuntimeError::Run(format!(
-                "{} input values given, the kernel has {}",
+                "{} input values given, the kernel has {} inputs and {} shifts",
                 inputs.len(),
-                self.n_inputs
+                self.n_inputs,
+                self.n_shifts
             )));
         }
+        // The market alone: the squares are taken about 0.
+        let mut padded;
+        let inputs = if inputs.len() == full {
+            inputs
+        } else {
+            padded = inputs.to_vec();
+            padded.resize(full, 0.0);
+            &padded[..]
+        };
         if !out.len().is_multiple_of(self.row) {
             return Err(RuntimeError::Run(format!(
                 "output length {} is not a multiple of the row {}",

@@ -15,7 +15,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 const DRIVER: &str = "CUDA";
 
@@ -33,6 +33,35 @@ pub struct Kernel {
     func: CudaFunction,
     _module: Arc<cudarc::driver::CudaModule>,
     clock: gpu::Clock,
+    buffers: Mutex<Buffers>,
+}
+
+/// What a kernel's runs reuse, grown on demand and never shrunk: the device partials of one
+/// dispatch, the host table of a whole range's partials (summed in place) and the scratch
+/// buffer. The host table is pageable: page-locking 7 MB cost more than it saved in a one-run
+/// `nablac run` process on the H200 (BENCHMARKS.md, 2026-12-04). None of them is cleared between
+/// runs: every group writes each of its sums (the ABI), and a path writes a scratch slot before
+/// it reads it.
+#[derive(Default)]
+struct Buffers {
+    partials: Option<CudaSlice<f64>>,
+    host: Vec<f64>,
+    /// Scratch as 8-byte words (the kernel sees a pointer to its precision).
+    scratch: Option<CudaSlice<f64>>,
+}
+
+/// `slot` holding at least `len` elements: the one there, or a new one from `alloc`.
+fn grown<T, E>(
+    slot: &mut Option<T>,
+    len: usize,
+    have: impl Fn(&T) -> usize,
+    alloc: impl FnOnce(usize) -> Result<T, E>,
+) -> Result<&mut T, E> {
+    if slot.as_ref().is_none_or(|b| have(b) < len) {
+        *slot = None; // free the old one first
+        *slot = Some(alloc(len.max(1))?);
+    }
+    Ok(slot.as_mut().expect("just set"))
 }
 
 impl Kernel {
@@ -296,6 +325,7 @@ impl Device {
             func,
             _module: module,
             clock: gpu::Clock::default(),
+            buffers: Mutex::default(),
         })
     }
 
@@ -309,10 +339,18 @@ impl Device {
         range: Range<u64>,
     ) -> Result<Vec<PartialSums>, GpuError> {
         let m = &k.manifest;
-        gpu::input_bytes(m, inputs)?;
+        let inputs = &gpu::input_values(m, inputs)?[..];
         let dispatches =
             gpu::plan_dispatches(m.workgroup_size, paths, &range, gpu::MAX_PATHS_PER_DISPATCH)?;
-        let mut parts = Vec::new();
+        let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let b = &mut *buffers;
+        let n_sums = m.sums.len();
+        let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
+        if b.host.len() < total {
+            b.host = vec![0.0; total];
+        }
+        let host = &mut b.host[..];
+        let mut at = 0;
         match m.precision {
             Precision::F32 => {
                 let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
@@ -320,8 +358,18 @@ impl Device {
                     .stream
                     .clone_htod(&v[..])
                     .map_err(|e| self.err("cuMemcpyHtoD", e))?;
-                for d in dispatches {
-                    parts.push((d, self.launch::<f32>(k, &dev, d, paths, seed)?));
+                for &d in &dispatches {
+                    let n = d.groups as usize * n_sums;
+                    self.launch(
+                        k,
+                        (&mut b.partials, &mut b.scratch),
+                        &dev,
+                        d,
+                        paths,
+                        seed,
+                        &mut host[at..at + n],
+                    )?;
+                    at += n;
                 }
             }
             Precision::F64 => {
@@ -329,44 +377,69 @@ impl Device {
                     .stream
                     .clone_htod(inputs)
                     .map_err(|e| self.err("cuMemcpyHtoD", e))?;
-                for d in dispatches {
-                    parts.push((d, self.launch::<f64>(k, &dev, d, paths, seed)?));
+                for &d in &dispatches {
+                    let n = d.groups as usize * n_sums;
+                    self.launch(
+                        k,
+                        (&mut b.partials, &mut b.scratch),
+                        &dev,
+                        d,
+                        paths,
+                        seed,
+                        &mut host[at..at + n],
+                    )?;
+                    at += n;
                 }
             }
         }
-        k.clock.assemble(|| gpu::assemble(m, paths, parts))
+        k.clock
+            .assemble(|| gpu::assemble_rows(m, paths, &dispatches, &mut host[..total]))
     }
 
-    fn launch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s).
+    #[allow(clippy::too_many_arguments)]
+    fn launch<T: cudarc::driver::DeviceRepr>(
         &self,
         k: &Kernel,
+        (partials, scratch): (&mut Option<CudaSlice<f64>>, &mut Option<CudaSlice<f64>>),
         inputs: &CudaSlice<T>,
         d: gpu::Dispatch,
         paths: u64,
         seed: u64,
-    ) -> Result<Vec<f64>, GpuError> {
+        out: &mut [f64],
+    ) -> Result<(), GpuError> {
         let m = &k.manifest;
-        let n = d.groups as usize * m.sums.len();
-        let partials = self
-            .stream
-            .alloc_zeros::<f64>(n.max(1))
-            .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
+        let n = out.len();
+        // SAFETY: unset until the kernel writes every group's sums; only those are read.
+        let partials = grown(
+            partials,
+            n,
+            |p| p.len(),
+            |n| unsafe { self.stream.alloc::<f64>(n) },
+        )
+        .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
         let args = gpu::kernel_arguments(m, d, paths, seed)?;
-        let scratch_len = if args.contains(&gpu::Arg::Scratch) {
-            m.scratch_slots_per_path as usize * (d.groups * m.workgroup_size) as usize
+        let scratch_bytes = if args.contains(&gpu::Arg::Scratch) {
+            m.scratch_slots_per_path as usize
+                * (d.groups * m.workgroup_size) as usize
+                * std::mem::size_of::<T>()
         } else {
             0
         };
-        let scratch = self
-            .stream
-            .alloc_zeros::<T>(scratch_len.max(1))
-            .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
+        // SAFETY: a path writes each scratch slot before reading it.
+        let scratch = grown(
+            scratch,
+            scratch_bytes.div_ceil(8),
+            |s| s.len(),
+            |n| unsafe { self.stream.alloc::<f64>(n) },
+        )
+        .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
         let mut b = self.stream.launch_builder(&k.func);
         for a in &args {
             match a {
                 gpu::Arg::Inputs => b.arg(inputs),
-                gpu::Arg::Partials => b.arg(&partials),
-                gpu::Arg::Scratch => b.arg(&scratch),
+                gpu::Arg::Partials => b.arg(&*partials),
+                gpu::Arg::Scratch => b.arg(&*scratch),
                 gpu::Arg::Word(w) => b.arg(w),
             };
         }
@@ -376,18 +449,18 @@ impl Device {
             shared_mem_bytes: 0,
         };
         // SAFETY: the arguments are the manifest's parameter table, in argument order, each
-        // buffer sized as its doc says.
+        // buffer at least as large as its doc says.
         let what = format!("launch of {} groups at path {}", d.groups, d.base);
         k.clock.device(|| {
             unsafe { b.launch(cfg) }.map_err(|e| self.err(&what, e))?;
             self.stream.synchronize().map_err(|e| self.err(&what, e))
         })?;
-        let mut out = self
-            .stream
-            .clone_dtoh(&partials)
+        self.stream
+            .memcpy_dtoh(&partials.slice(..n), out)
             .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))?;
-        out.truncate(n);
-        Ok(out)
+        self.stream
+            .synchronize()
+            .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))
     }
 }
 

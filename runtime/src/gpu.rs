@@ -276,15 +276,28 @@ pub fn push_constants(
     Ok(bytes)
 }
 
-/// The inputs buffer's bytes in the kernel's precision; fails unless there is one value per input.
-pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuError> {
-    if inputs.len() != manifest.inputs.len() {
+/// The inputs buffer's values: the market then the shifts (`manifest.shifts`), given whole or
+/// as the market alone (the shifts then 0); fails on any other length.
+pub fn input_values(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<f64>, GpuError> {
+    let (n, full) = (
+        manifest.inputs.len(),
+        manifest.inputs.len() + manifest.shifts.len(),
+    );
+    if inputs.len() != n && inputs.len() != full {
         return Err(GpuError::Launch(format!(
-            "{} input values for the kernel's {} inputs",
+            "{} input values for the kernel's {n} inputs and {} shifts",
             inputs.len(),
-            manifest.inputs.len()
+            manifest.shifts.len()
         )));
     }
+    let mut v = inputs.to_vec();
+    v.resize(full, 0.0);
+    Ok(v)
+}
+
+/// The inputs buffer's bytes in the kernel's precision ([`input_values`]).
+pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuError> {
+    let inputs = &input_values(manifest, inputs)?;
     Ok(match manifest.precision {
         Precision::F32 => inputs
             .iter()
@@ -295,18 +308,12 @@ pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuEr
 }
 
 /// Turns each dispatch's partials (`groups * n_sums` f64s) into one `PartialSums` per sum.
-/// A group block longer than the run's tree root (a run of fewer than WG paths) is taken as the
-/// root block: the kernel's padding adds `+0.0`s, which change nothing but the sign of a `-0.0` total.
 pub fn assemble(
     manifest: &Manifest,
     paths: u64,
     parts: Vec<(Dispatch, Vec<f64>)>,
 ) -> Result<Vec<PartialSums>, GpuError> {
     let n_sums = manifest.sums.len();
-    let wg = manifest.workgroup_size as u64;
-    let log2 = wg
-        .trailing_zeros()
-        .min(paths.next_power_of_two().trailing_zeros());
     for (d, partials) in &parts {
         if partials.len() != d.groups as usize * n_sums {
             return Err(GpuError::Launch(format!(
@@ -316,27 +323,51 @@ pub fn assemble(
             )));
         }
     }
+    let dispatches: Vec<Dispatch> = parts.iter().map(|(d, _)| *d).collect();
+    let mut parts = parts.into_iter().map(|(_, p)| p);
+    let mut rows = parts.next().unwrap_or_default();
+    for p in parts {
+        rows.extend(p);
+    }
+    assemble_rows(manifest, paths, &dispatches, &mut rows)
+}
+
+/// [`assemble`] of `dispatches` whose partials lie one after the other in `rows` (which it
+/// sums in place). A group block longer than the run's tree root (a run of fewer than WG
+/// paths) is taken as the root block: the kernel's padding adds `+0.0`s, which change nothing
+/// but the sign of a `-0.0` total.
+pub fn assemble_rows(
+    manifest: &Manifest,
+    paths: u64,
+    dispatches: &[Dispatch],
+    rows: &mut [f64],
+) -> Result<Vec<PartialSums>, GpuError> {
+    let n_sums = manifest.sums.len();
+    let wg = manifest.workgroup_size as u64;
+    let log2 = wg
+        .trailing_zeros()
+        .min(paths.next_power_of_two().trailing_zeros());
+    let want: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
+    if rows.len() != want {
+        return Err(GpuError::Launch(format!(
+            "{} partials for {} dispatches of {} groups in all, {n_sums} sums each",
+            rows.len(),
+            dispatches.len(),
+            dispatches.iter().map(|d| u64::from(d.groups)).sum::<u64>()
+        )));
+    }
     // The whole run from path 0 in consecutive dispatches (a `run`): one pairwise tree per sum
-    // over the group partials, O(groups) and cache-friendly.
-    let whole = parts.first().is_some_and(|(d, _)| d.base == 0)
-        && parts
+    // over the group partials, O(groups), in place on whole rows.
+    let whole = dispatches.first().is_some_and(|d| d.base == 0)
+        && dispatches
             .windows(2)
-            .all(|w| w[1].0.base == w[0].0.base + w[0].0.groups as u64 * wg)
-        && parts
+            .all(|w| w[1].base == w[0].base + w[0].groups as u64 * wg)
+        && dispatches
             .last()
-            .is_some_and(|(d, _)| d.base + d.groups as u64 * wg >= paths);
+            .is_some_and(|d| d.base + d.groups as u64 * wg >= paths);
     if whole {
-        // The partials as one row-major table (row g = group g's sums), summed in place level by
-        // level on whole rows: contiguous, no transposition, no allocation in the common case of
-        // one dispatch; column s is tree_sum of sum s's group partials.
         let groups = paths.div_ceil(wg); // the groups that start below `paths`
-        let mut parts = parts.into_iter();
-        let mut rows = parts.next().map(|(_, p)| p).unwrap_or_default();
-        for (_, p) in parts {
-            rows.extend(p);
-        }
-        rows.truncate(groups as usize * n_sums);
-        return tree_sum_rows(&mut rows, n_sums)
+        return tree_sum_rows(&mut rows[..groups as usize * n_sums], n_sums)
             .into_iter()
             .map(|total| {
                 PartialSums::from_tiling_sum(paths, log2, groups, total).map_err(GpuError::from)
@@ -344,7 +375,10 @@ pub fn assemble(
             .collect();
     }
     let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
-    for (d, partials) in &parts {
+    let mut at = 0;
+    for d in dispatches {
+        let partials = &rows[at..at + d.groups as usize * n_sums];
+        at += partials.len();
         for g in 0..d.groups as usize {
             let start = d.base + g as u64 * wg;
             if start >= paths {
@@ -374,6 +408,13 @@ pub mod cache {
     use sha2::{Digest, Sha256};
 
     static MEMORY: Mutex<BTreeMap<String, Vec<u8>>> = Mutex::new(BTreeMap::new());
+    static HITS: AtomicU64 = AtomicU64::new(0);
+
+    /// How many lookups in this process found their entry (memory or disk) so far: a host that
+    /// reads it before and after a load knows whether the driver compile was skipped.
+    pub fn hits() -> u64 {
+        HITS.load(Ordering::Relaxed)
+    }
 
     /// The cache key: lower-case hex SHA-256 over the length-prefixed parts.
     pub fn key(kind: &str, device: &str, options: &[String], source: &str) -> String {
@@ -429,6 +470,14 @@ pub mod cache {
     /// `MAX_ENTRY` bytes, and carries this key and the checksum of its bytes: anything else is a
     /// miss, which the caller's `put` then replaces atomically.
     pub fn get(key: &str, ext: &str) -> Option<Vec<u8>> {
+        let found = lookup(key, ext);
+        if found.is_some() {
+            HITS.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    fn lookup(key: &str, ext: &str) -> Option<Vec<u8>> {
         if let Some(v) = MEMORY.lock().ok()?.get(key) {
             return Some(v.clone());
         }

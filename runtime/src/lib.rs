@@ -293,28 +293,71 @@ impl Backend {
         let mut reports = Vec::with_capacity(markets.len());
         for (mi, market) in markets.iter().enumerate() {
             self.check_market(kernel, mi, market)?;
+            let shifts = self.shifts(kernel, market, seed, opts)?;
+            let inputs: Vec<f64> = market.iter().chain(&shifts).copied().collect();
             let sums = self.tiled_sums(
                 kernel,
-                market,
+                &inputs,
                 seed,
                 paths,
                 0..paths,
                 opts,
                 (mi, markets.len()),
             )?;
-            reports.push(self.report(kernel, &sums)?);
+            reports.push(self.report(kernel, &sums, &shifts)?);
         }
         Ok(reports)
     }
 
+    /// The shifts the kernel takes its squares about at `market` under `seed`
+    /// (`manifest.shifts`, TAPE-FORMAT.md, Results): path 0's leaves of the sums they name, from
+    /// one run of path 0 alone with every shift 0 (a leaf is 0 where path 0 is non-finite, so a
+    /// shift is always finite). Deterministic: every host that splits a run computes the same.
+    pub fn shifts(
+        &self,
+        kernel: &LoadedKernel,
+        market: &[f64],
+        seed: u64,
+        opts: &RunOptions,
+    ) -> Result<Vec<f64>, RuntimeError> {
+        let m = &kernel.manifest;
+        if m.shifts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_market(kernel, 0, market)?;
+        let quiet = RunOptions {
+            progress: None,
+            ..*opts
+        };
+        let path0 = self.sums_of(kernel, market, seed, 1, 0..1, &quiet, (0, 1))?;
+        m.shifts
+            .iter()
+            .map(|name| {
+                let s =
+                    m.sums.iter().position(|x| x == name).ok_or_else(|| {
+                        RuntimeError::Manifest(format!("shift {name} names no sum"))
+                    })?;
+                let x = path0[s].total()?;
+                // What the kernel reads: the value in its precision (a leaf already is one).
+                Ok(match m.precision {
+                    Precision::F32 => f64::from(x as f32),
+                    Precision::F64 => x,
+                })
+            })
+            .collect()
+    }
+
     /// The partial sums (one per `manifest.sums` entry) of paths `range` of a `paths`-path run
-    /// at `market` under `seed`: `range.start` a multiple of 1024, `range.end` one too or
-    /// `paths`. Merging the sums of ranges that tile `0..paths`, in any order and grouping, gives
-    /// the bits of [`Backend::run`] (this is how a run is split across devices or machines).
+    /// at `market` under `seed`, the squares about `shifts` ([`Backend::shifts`] of the same
+    /// market and seed): `range.start` a multiple of 1024, `range.end` one too or `paths`.
+    /// Merging the sums of ranges that tile `0..paths`, in any order and grouping, gives the bits
+    /// of [`Backend::run`] (this is how a run is split across devices or machines).
+    #[allow(clippy::too_many_arguments)]
     pub fn partial_sums(
         &self,
         kernel: &LoadedKernel,
         market: &[f64],
+        shifts: &[f64],
         seed: u64,
         paths: u64,
         range: Range<u64>,
@@ -332,7 +375,15 @@ impl Backend {
                  and start (and end, unless at the run's end) at a multiple of {PATH_ALIGN}"
             )));
         }
-        self.tiled_sums(kernel, market, seed, paths, range, opts, (0, 1))
+        if shifts.len() != kernel.manifest.shifts.len() || shifts.iter().any(|c| !c.is_finite()) {
+            return Err(RuntimeError::Run(format!(
+                "{} shifts for a kernel with {}, all finite",
+                shifts.len(),
+                kernel.manifest.shifts.len()
+            )));
+        }
+        let inputs: Vec<f64> = market.iter().chain(shifts).copied().collect();
+        self.tiled_sums(kernel, &inputs, seed, paths, range, opts, (0, 1))
     }
 
     /// The partial sums of `range`, computed in steps no longer than the backend takes at once
@@ -365,29 +416,39 @@ impl Backend {
         Ok(sums)
     }
 
-    /// The report of complete sums (one per `manifest.sums` entry, covering every path).
+    /// The report of complete sums (one per `manifest.sums` entry, covering every path) whose
+    /// squares were taken about `shifts` (one per `manifest.shifts` entry).
     pub fn report(
         &self,
         kernel: &LoadedKernel,
         sums: &[PartialSums],
+        shifts: &[f64],
     ) -> Result<Report, RuntimeError> {
         let m = &kernel.manifest;
         let row = cpu::row_len(m)?;
-        if sums.len() != row {
+        if sums.len() != row || shifts.len() != m.shifts.len() {
             return Err(RuntimeError::Run(format!(
-                "{} sums for a kernel with {row}",
-                sums.len()
+                "{} sums and {} shifts for a kernel with {row} and {}",
+                sums.len(),
+                shifts.len(),
+                m.shifts.len()
             )));
         }
+        let layout = m.layout().map_err(RuntimeError::Manifest)?;
+        let mut columns = sums.to_vec();
         let per_output = row / m.outputs.len();
-        let outputs = sums
-            .chunks(per_output)
-            .map(|c| report::OutputSums {
-                value: c[0].clone(),
-                square: c[1].clone(),
-                greeks: c[2..].to_vec(),
+        let outputs = layout
+            .iter()
+            .zip(columns.chunks_mut(per_output))
+            .map(|(l, c)| {
+                report::OutputSums::from_columns(
+                    c,
+                    l.greeks.len(),
+                    !l.greek_sq.is_empty(),
+                    shifts[l.shifts.clone()].to_vec(),
+                )
             })
-            .collect::<Vec<_>>();
+            .collect::<Result<Vec<_>, _>>()?;
         let inputs: Vec<String> = if m.mode.has_greeks() {
             m.inputs.clone()
         } else {

@@ -59,6 +59,16 @@ pub struct Kernel {
     kernel: ClKernel,
     _program: Program,
     clock: gpu::Clock,
+    buffers: std::sync::Mutex<Buffers>,
+}
+
+/// What a kernel's runs reuse, grown on demand and never shrunk: the device partials of one
+/// dispatch and the host table of a whole range's partials (no fresh, page-faulting vector a
+/// run; summed in place). Neither is cleared: every group writes each of its sums (the ABI).
+#[derive(Default)]
+struct Buffers {
+    partials: Option<(Buffer<f64>, usize)>,
+    host: Vec<f64>,
 }
 
 impl Kernel {
@@ -298,6 +308,7 @@ impl Device {
             kernel,
             _program: program,
             clock: gpu::Clock::default(),
+            buffers: std::sync::Mutex::default(),
         })
     }
 
@@ -332,25 +343,53 @@ impl Device {
         range: Range<u64>,
     ) -> Result<Vec<PartialSums>, GpuError> {
         let m = &k.manifest;
-        gpu::input_bytes(m, inputs)?;
+        let inputs = &gpu::input_values(m, inputs)?[..];
         let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, self.max_paths(m))?;
-        let mut parts = Vec::new();
+        let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let b = &mut *buffers;
+        let n_sums = m.sums.len();
+        let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
+        if b.host.len() < total {
+            b.host = vec![0.0; total];
+        }
+        let mut at = 0;
         match m.precision {
             Precision::F32 => {
                 let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
                 let buf = self.upload(&v)?;
-                for d in dispatches {
-                    parts.push((d, self.launch::<f32>(k, &buf, d, paths, seed)?));
+                for &d in &dispatches {
+                    let n = d.groups as usize * n_sums;
+                    self.launch::<f32>(
+                        k,
+                        &mut b.partials,
+                        &buf,
+                        d,
+                        paths,
+                        seed,
+                        &mut b.host[at..at + n],
+                    )?;
+                    at += n;
                 }
             }
             Precision::F64 => {
                 let buf = self.upload(inputs)?;
-                for d in dispatches {
-                    parts.push((d, self.launch::<f64>(k, &buf, d, paths, seed)?));
+                for &d in &dispatches {
+                    let n = d.groups as usize * n_sums;
+                    self.launch::<f64>(
+                        k,
+                        &mut b.partials,
+                        &buf,
+                        d,
+                        paths,
+                        seed,
+                        &mut b.host[at..at + n],
+                    )?;
+                    at += n;
                 }
             }
         }
-        k.clock.assemble(|| gpu::assemble(m, paths, parts))
+        k.clock
+            .assemble(|| gpu::assemble_rows(m, paths, &dispatches, &mut b.host[..total]))
     }
 
     fn zeros<T: Copy + Default>(
@@ -411,17 +450,25 @@ impl Device {
         }
     }
 
+    /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s).
+    #[allow(clippy::too_many_arguments)]
     fn launch<T: Copy + Default>(
         &self,
         k: &Kernel,
+        partials: &mut Option<(Buffer<f64>, usize)>,
         inputs: &Buffer<T>,
         d: gpu::Dispatch,
         paths: u64,
         seed: u64,
-    ) -> Result<Vec<f64>, GpuError> {
+        out: &mut [f64],
+    ) -> Result<(), GpuError> {
         let m = &k.manifest;
-        let n = d.groups as usize * m.sums.len();
-        let partials = self.zeros::<f64>(n, CL_MEM_WRITE_ONLY)?;
+        let n = out.len();
+        if partials.as_ref().is_none_or(|(_, len)| *len < n) {
+            *partials = None;
+            *partials = Some((self.zeros::<f64>(n, CL_MEM_WRITE_ONLY)?, n.max(1)));
+        }
+        let (partials, _) = partials.as_ref().expect("just set");
         let invocations: cl_uint = d.groups * m.workgroup_size;
         let args = gpu::kernel_arguments(m, d, paths, seed)?;
         let scratch = if args.contains(&gpu::Arg::Scratch) {
@@ -439,7 +486,7 @@ impl Device {
             for a in &args {
                 match a {
                     gpu::Arg::Inputs => exec.set_arg(inputs),
-                    gpu::Arg::Partials => exec.set_arg(&partials),
+                    gpu::Arg::Partials => exec.set_arg(partials),
                     gpu::Arg::Scratch => match &scratch {
                         Some(s) => exec.set_arg(s),
                         None => unreachable!("allocated above when an argument is scratch"),
@@ -453,10 +500,7 @@ impl Device {
         let what = format!("launch of {} groups at path {}", d.groups, d.base);
         k.clock
             .device(|| self.finish_launch(&mut exec, &what, RUN_TIMEOUT))?;
-        let mut out = vec![0f64; n.max(1)];
-        self.download(&partials, &mut out)?;
-        out.truncate(n);
-        Ok(out)
+        self.download(partials, out)
     }
 }
 

@@ -52,9 +52,10 @@ fn bits(r: &[Report]) -> Vec<u64> {
     r.iter()
         .flat_map(|r| r.outputs.iter())
         .flat_map(|o| {
-            [o.value.to_bits(), o.stderr.to_bits()]
+            [o.value.to_bits(), o.stderr.to_bits(), o.non_finite]
                 .into_iter()
                 .chain(o.greeks.iter().map(|g| g.1.to_bits()))
+                .chain(o.greek_stderr.iter().map(|g| g.to_bits()))
         })
         .collect()
 }
@@ -79,7 +80,7 @@ fn threads_and_chunks_never_change_a_bit() {
     let (b, k) = load("asian16_reverse_f64");
     let paths = 5000; // not a multiple of 1024: the last chunk is ragged
     let want = bits(&run(&b, &k, paths, Some(1), Some(1024)));
-    assert_eq!(want.len(), 7);
+    assert_eq!(want.len(), 13);
     for (threads, chunk) in [
         (Some(1), None),
         (Some(2), Some(1024)),
@@ -110,19 +111,33 @@ fn the_report_is_the_fixed_order_sum_of_the_leaves() {
     let paths = 3000u64;
     let row = c.row_len();
     let mut out = vec![0.0; paths as usize * row];
-    c.run(&m.input_defaults, 42, 0, &mut out).unwrap();
+    let (b, k) = load("asian16_reverse_f64");
+    // The shifts are path 0's value and Greeks; the kernel takes its squares about them.
+    let shifts = b
+        .shifts(&k, &m.input_defaults, 42, &RunOptions::default())
+        .unwrap();
+    assert_eq!(shifts.len(), 6);
+    let mut path0 = vec![0.0; row];
+    c.run(&m.input_defaults, 42, 0, &mut path0).unwrap();
+    assert_eq!(shifts[0], path0[0]);
+    assert_eq!(shifts[1..], path0[2..7]);
+    let inputs: Vec<f64> = m.input_defaults.iter().chain(&shifts).copied().collect();
+    c.run(&inputs, 42, 0, &mut out).unwrap();
     let col = |j: usize| tree_sum(&out.iter().skip(j).step_by(row).copied().collect::<Vec<_>>());
     let n = paths as f64;
-    let (b, k) = load("asian16_reverse_f64");
+    assert_eq!(col(12), 0.0); // no non-finite path
     let r = &run(&b, &k, paths, Some(2), Some(1024))[0].outputs[0];
     assert_eq!(r.name, "price");
     assert_eq!(r.value.to_bits(), (col(0) / n).to_bits());
-    let se = nablac_runtime::report::standard_error(paths, col(0), col(1));
+    let se = nablac_runtime::report::standard_error(paths, col(0), col(1), shifts[0]);
     assert_eq!(r.stderr.to_bits(), se.to_bits());
     let names: Vec<&str> = r.greeks.iter().map(|g| g.0.as_str()).collect();
     assert_eq!(names, ["spot", "strike", "vol", "rate", "maturity"]);
     for (i, g) in r.greeks.iter().enumerate() {
         assert_eq!(g.1.to_bits(), (col(2 + i) / n).to_bits(), "greek {}", g.0);
+        let se =
+            nablac_runtime::report::standard_error(paths, col(2 + i), col(7 + i), shifts[1 + i]);
+        assert_eq!(r.greek_stderr[i].to_bits(), se.to_bits(), "greek {}", g.0);
     }
     // And the numbers are an Asian call's: price ~ 5.8, delta ~ 0.6, d/dstrike ~ -0.5, vega > 0.
     assert!((r.value - 5.8).abs() < 0.6, "{}", r.value);
@@ -250,13 +265,15 @@ fn errors_name_the_problem() {
         );
     }
     let (src, m) = fixture("asian16_reverse_f64");
-    let mut v3 = m.clone();
-    v3.manifest_version = 3;
+    // A manifest from a newer nablac is refused by name.
+    let mut newer = m.clone();
+    newer.manifest_version = nablac_runtime::manifest::MANIFEST_VERSION + 1;
+    let want = format!("version {}", newer.manifest_version);
     assert!(b
-        .load(&src, &v3)
+        .load(&src, &newer)
         .unwrap_err()
         .to_string()
-        .contains("version 3"));
+        .contains(&want));
     let mut gl = m.clone();
     gl.target = Target::Glsl;
     assert!(b

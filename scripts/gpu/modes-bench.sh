@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine after device-check.sh has unpacked .gpu: for each benchmark tape, the
-# price, default reverse and forward kernels as nablac emits them for CUDA (f32), each timed by
-# cuda_host.py (CUDA events, median of REPS launches of PATHS paths) in one run, so the three
-# throughputs are side by side. Writes $OUT/modes.txt: one line per (tape, mode) with its ms.
-# TAPES (default: all below) picks tapes by name.
+# price, default reverse, plain reverse (`--segments 1`), forward and auto (no --mode: what
+# `--mode auto` chooses) kernels as nablac emits them for CUDA (f32), each timed by cuda_host.py (CUDA events, median of REPS launches of PATHS paths)
+# in one run, so the throughputs are side by side. Writes $OUT/modes.txt: one line per
+# (tape, kernel) with its ms; these are the measurements the auto-mode cost model is fitted on
+# (scripts/fit-cost.py). TAPES (default: every benchmark tape) picks tapes by name; KERNELS picks kernels.
 set -uo pipefail
 out=${OUT:-/tmp/nablac-gpu}
 mkdir -p "$out"
@@ -12,25 +13,24 @@ n=$g/bin/nablac
 paths=${PATHS:-16777216}
 reps=${REPS:-5}
 w=$(mktemp -d)
-declare -A record=(
-  [asian252]="asian --steps 252"
-  [asian64]="asian --steps 64"
-  [barrier252]="barrier --steps 252"
-  [basket8]="basket --assets 8 --steps 16"
-  [european]="european"
-)
-tapes=${TAPES:-asian252 asian64 barrier252 basket8 european}
+# The benchmark tapes (their list lives in scripts/fit-cost.py, which fits the cost model on
+# this script's output).
+NABLAC=$n python3 scripts/fit-cost.py --write-tapes "$w" >"$w/tapes.txt"
+tapes=${TAPES:-$(cut -d' ' -f1 "$w/tapes.txt" | tr '\n' ' ')}
+kernels=${KERNELS:-price reverse reverse-plain forward auto}
 {
   echo "== f32 on cuda, $paths paths, median of $reps (cuda_host.py, CUDA events); $(date -u)"
   for t in $tapes; do
-    # shellcheck disable=SC2086
-    $n record ${record[$t]} -o "$w/$t.bin" >/dev/null || continue
-    $n "$w/$t.bin" --target cuda --mode price -o "$w/${t}_price.cu" >/dev/null
-    $n "$w/$t.bin" --target cuda -o "$w/${t}_reverse.cu" >/dev/null
-    $n "$w/$t.bin" --target cuda --mode forward -o "$w/${t}_forward.cu" >/dev/null
-    dirs=$($n explain "$w/$t.bin" --mode forward --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["directions"], j["inputs"])')
-    nodes=$($n inspect "$w/$t.bin" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')
-    for k in price reverse forward; do
+    tape=$(awk -v t="$t" '$1 == t {print $2}' "$w/tapes.txt")
+    [[ -n $tape ]] || { echo "$t: no such benchmark tape" >&2; continue; }
+    $n "$tape" --target cuda --mode price -o "$w/${t}_price.cu" >/dev/null
+    $n "$tape" --target cuda --mode reverse -o "$w/${t}_reverse.cu" >/dev/null
+    $n "$tape" --target cuda --mode reverse --segments 1 -o "$w/${t}_reverse-plain.cu" >/dev/null
+    $n "$tape" --target cuda --mode forward -o "$w/${t}_forward.cu" >/dev/null
+    $n "$tape" --target cuda -o "$w/${t}_auto.cu" >/dev/null
+    dirs=$($n explain "$tape" --mode forward --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["directions"], j["inputs"])')
+    nodes=$($n inspect "$tape" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')
+    for k in $kernels; do
       ms=$(python3 scripts/gpu/cuda_host.py "$w/${t}_$k.cu" --paths "$paths" --reps "$reps" 2>&1 | sed -n 's/.*| \([0-9.]*\) ms$/\1/p')
       echo "$t nodes=$nodes directions/inputs=$dirs $k ${ms:-failed} ms"
     done

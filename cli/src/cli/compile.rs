@@ -1,7 +1,7 @@
 //! `nablac compile TAPE -o FILE [--target T]` (or `nablac TAPE ...`): the main job.
 
 use super::output::Staged;
-use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, PrecisionArg, TargetArg};
+use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, ModeArg, PrecisionArg, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nablac::compile::{CompileOptions, Compiled};
@@ -64,17 +64,38 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
     c.workgroup_size = o.workgroup;
     c.annotate = o.annotate;
     c.min_blocks = o.min_blocks;
+    c.greek_stderr = o.greek_stderr;
     c
 }
 
 /// Compiles a verified tape for `target` with the command line's options (which the caller has
-/// checked with `honour::check_compile` first, before reading the tape).
+/// checked with `honour::check_compile` first, before reading the tape). `--mode auto` takes
+/// the cost model's choice (`nablac::cost::choose`), or reverse mode when checkpoint options
+/// were given (only a reverse kernel reads them).
 pub fn compile(
     tape: &nablac::verify::Verified,
     target: Target,
     o: &CompileOpts,
+    given: &Given,
 ) -> Result<Compiled> {
-    Ok(nablac::compile::compile(tape, &compile_options(target, o))?)
+    Ok(nablac::compile::compile(
+        tape,
+        &resolved_options(tape, target, o, given)?,
+    )?)
+}
+
+/// The library's compile options with `--mode auto` resolved for `tape`.
+pub fn resolved_options(
+    tape: &nablac::verify::Verified,
+    target: Target,
+    o: &CompileOpts,
+    given: &Given,
+) -> Result<CompileOptions> {
+    let c = compile_options(target, o);
+    if o.mode != ModeArg::Auto || super::honour::checkpointing_asked(o, given) {
+        return Ok(c);
+    }
+    Ok(nablac::cost::choose(tape, &c)?.options)
 }
 
 /// Do `a` and `b` name one existing file (through links and `..` alike)?
@@ -130,7 +151,7 @@ pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
     }
     super::honour::check_compile(target, &args.opts, given)?;
     let tape = super::load_tape(tape_path)?;
-    let k = compile(&tape, target, &args.opts)
+    let k = compile(&tape, target, &args.opts, given)
         .with_context(|| format!("cannot compile {}", shown(tape_path, "<stdin>")))?;
     let manifest = serde_json::to_string_pretty(&k.manifest)? + "\n";
     // Files are staged and renamed into place together; standard output is written only once

@@ -1,7 +1,7 @@
 //! `nablac explain TAPE [--segments N] [--json] [--plot FILE.svg]`: the checkpoint plan.
 
 use super::output::Staged;
-use super::{is_stdio, CheckpointArg, Given, TapeArg};
+use super::{is_stdio, CheckpointArg, Given, PrecisionArg, TapeArg, TargetArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -22,12 +22,21 @@ pub struct ExplainArgs {
     /// Nodes per segment when --segments does not say (both strategies) [default: 100].
     #[arg(long, value_name = "N")]
     seg_len: Option<u32>,
-    /// What to explain: the reverse kernel's checkpoint plan, or forward mode's tangent directions
-    /// (how many, and which inputs share each).
+    /// What to explain: the reverse kernel's checkpoint plan, forward mode's tangent directions
+    /// (how many, and which inputs share each), or what `--mode auto` compiles for --target and
+    /// why (each candidate kernel's work and estimated cost).
     #[arg(long, value_enum, default_value = "reverse")]
     mode: ExplainMode,
+    /// The target `--mode auto` chooses for [default: cpu].
+    #[arg(long, value_enum)]
+    target: Option<TargetArg>,
+    /// The precision `--mode auto` chooses for. Default: f64 on cpu, f32 on GPUs.
+    #[arg(long, value_enum)]
+    precision: Option<PrecisionArg>,
     /// Print JSON: nodes, active, segments, cuts, crossing, persistent, max_live_plain,
-    /// max_live_checkpointed (with --mode forward: inputs, directions, colouring {input: direction}).
+    /// max_live_checkpointed (with --mode forward: inputs, directions, colouring {input: direction};
+    /// with --mode auto: model, kernel (the choice), estimates [{kernel, mode, segments, work,
+    /// ns_per_path}]).
     #[arg(long)]
     json: bool,
     /// Write an SVG of the values alive along the tape, plain and checkpointed, to FILE.svg
@@ -41,9 +50,22 @@ pub struct ExplainArgs {
 pub enum ExplainMode {
     Reverse,
     Forward,
+    Auto,
 }
 
 pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
+    if args.mode != ExplainMode::Auto {
+        for (id, flag) in [("target", "--target"), ("precision", "--precision")] {
+            if given.has(id) {
+                bail!(
+                    "{flag} is for --mode auto (the plan and the directions do not depend on it)"
+                );
+            }
+        }
+    }
+    if args.mode == ExplainMode::Auto {
+        return auto(args, given);
+    }
     if args.mode == ExplainMode::Forward {
         for (id, flag) in [
             ("segments", "--segments"),
@@ -119,5 +141,48 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
             .to_string()
     };
     super::print_report(&text, plot_on_stdout);
+    Ok(())
+}
+
+/// `explain --mode auto`: the cost model's choice for the target, with the checkpoint options
+/// as the reverse candidate's plan.
+fn auto(args: &ExplainArgs, given: &Given) -> Result<()> {
+    if given.has("plot") {
+        bail!("--plot draws the checkpoint plan: use it with --mode reverse");
+    }
+    let target = super::compile::target(args.target.unwrap_or(TargetArg::Cpu));
+    let tape = super::load_tape(&args.tape.tape)?;
+    let mut base = nablac::compile::CompileOptions::new(target);
+    match args.precision {
+        Some(PrecisionArg::F32) => base.precision = nablac::emit::Precision::F32,
+        Some(PrecisionArg::F64) => base.precision = nablac::emit::Precision::F64,
+        None => {}
+    }
+    if target != nablac::emit::Target::Cpu {
+        base.segments = nablac::plan::SegmentOptions {
+            strategy: args.checkpoint.into(),
+            segments: args.segments,
+            ckpt_nodes: args.ckpt_nodes,
+            seg_len: args.seg_len,
+        };
+    } else {
+        for (id, flag) in [
+            ("segments", "--segments"),
+            ("checkpoint", "--checkpoint"),
+            ("ckpt_nodes", "--ckpt-nodes"),
+            ("seg_len", "--seg-len"),
+        ] {
+            if given.has(id) {
+                bail!("{flag} is not for the cpu target: its reverse kernel is never checkpointed");
+            }
+        }
+    }
+    let choice = nablac::cost::choose(&tape, &base)?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&choice)?
+    } else {
+        nablac::cost::choice_text(&choice).trim_end().to_string()
+    };
+    super::print_report(&text, false);
     Ok(())
 }

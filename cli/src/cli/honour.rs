@@ -91,6 +91,12 @@ fn checkpointing_given(o: &CompileOpts, given: &Given, more: &[(&str, &str)]) ->
     unused
 }
 
+/// Were options given that only a checkpointed reverse kernel reads? (`--mode auto` then
+/// compiles reverse mode rather than ignore them.)
+pub fn checkpointing_asked(o: &CompileOpts, given: &Given) -> bool {
+    !checkpointing_given(o, given, &[]).is_empty()
+}
+
 /// The options a compile of a tape for `target` would not use.
 pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<()> {
     if target == Target::Cpu {
@@ -108,6 +114,9 @@ pub fn check_compile(target: Target, o: &CompileOpts, given: &Given) -> Result<(
         {
             bail!("{first} is not for the cpu target: {why}");
         }
+    }
+    if o.mode == ModeArg::Price && given.has("greek_stderr") {
+        bail!("--greek-stderr does nothing with --mode price: a price kernel has no Greeks");
     }
     if matches!(o.mode, ModeArg::Price | ModeArg::Forward) {
         let mode = Mode::from(o.mode).name();
@@ -158,7 +167,8 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
             );
         }
     }
-    if given.has("mode") {
+    // `--mode auto` accepts whatever mode the kernel was compiled in.
+    if given.has("mode") && o.mode != ModeArg::Auto {
         let asked: Mode = o.mode.into();
         if asked != m.mode {
             bail!(
@@ -167,6 +177,15 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
                 asked.name()
             );
         }
+    }
+    if given.has("greek_stderr") && o.greek_stderr != m.greek_stderr {
+        bail!(
+            "--greek-stderr {} cannot apply: {what}, {} the Greeks' squares; compile its tape \
+             with --greek-stderr {} and run that",
+            o.greek_stderr,
+            if m.greek_stderr { "with" } else { "without" },
+            o.greek_stderr
+        );
     }
     for (id, flag) in [
         ("checkpoint", "--checkpoint"),

@@ -268,7 +268,8 @@ pub enum ModeArg {
     Reverse,
     /// Value and every Greek, by tangents along the forward sweep (one direction per input).
     Forward,
-    /// The mode that fits the tape (today: reverse).
+    /// Forward or reverse (and reverse's checkpointing), whichever the cost model estimates
+    /// faster for the tape and target (`nablac explain --mode auto` shows the estimates).
     Auto,
 }
 
@@ -293,7 +294,8 @@ impl From<ModeArg> for nablac::emit::Mode {
         use nablac::emit::Mode;
         match m {
             ModeArg::Price => Mode::Price,
-            // The automatic choice between reverse and forward comes later.
+            // Auto is resolved against the tape (`compile::resolved_options`); without a tape
+            // (a kernel compiled already) it asks for nothing in particular.
             ModeArg::Reverse | ModeArg::Auto => Mode::Reverse,
             ModeArg::Forward => Mode::Forward,
         }
@@ -355,6 +357,10 @@ pub struct CompileOpts {
     /// register recompute (measured faster on the H200), no hint otherwise.
     #[arg(long, value_name = "N")]
     pub min_blocks: Option<u32>,
+    /// Sum each Greek's square in the kernel, for the Greeks' standard errors (one more sum per
+    /// output and input; `false` leaves them out of the report).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub greek_stderr: bool,
 }
 
 /// `name=value` pairs overriding input values.

@@ -39,10 +39,16 @@ pub struct RunArgs {
     /// when nablac is built with LLVM) or cranelift (scalar, the reference).
     #[arg(long, value_enum, value_name = "BACKEND")]
     cpu_backend: Option<CpuBackendArg>,
-    /// Print JSON: target, precision, paths, seed, outputs {name: value, stderr, greeks},
-    /// timings {load, run, device, assembly} in seconds.
+    /// Print JSON: the run's context (target, device, precision, mode, paths, seed, market,
+    /// tape_hash, kernel_hash, cache_hit), outputs {name: value, stderr, non_finite, greeks,
+    /// greek_stderr}, timings {load, run, device, assembly} in seconds; NaN and infinities are
+    /// null.
     #[arg(long)]
     json: bool,
+    /// Fail (exit 1) when a path gave a non-finite value or Greek (by default a warning: such
+    /// paths are counted in `non_finite` and left out of that output's sums).
+    #[arg(long)]
+    strict: bool,
     #[command(
         flatten,
         next_help_heading = "Compile options (for a tape; a kernel is compiled already)"
@@ -69,16 +75,40 @@ impl From<CpuBackendArg> for CpuBackend {
 struct JsonOutput {
     value: f64,
     stderr: f64,
+    /// Paths left out of this output's sums: their value or a Greek was NaN or infinite.
+    non_finite: u64,
     greeks: BTreeMap<String, f64>,
+    /// Each Greek's standard error; absent when the kernel was compiled without them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    greek_stderr: Option<BTreeMap<String, f64>>,
 }
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
     target: &'a str,
+    device: String,
     precision: &'a str,
+    mode: &'a str,
     paths: u64,
     seed: u64,
+    /// Every input's value in this run (the tape's recorded values, as --market changed them).
+    market: BTreeMap<String, f64>,
+    /// SHA-256 of the tape's canonical binary form (the manifest's `tape_hash`).
+    tape_hash: &'a str,
+    /// SHA-256 of the kernel source and its manifest (the manifest's `fingerprint`).
+    kernel_hash: &'a str,
+    /// Whether the driver's compiled kernel came from the cache (null on the cpu, which has none).
+    cache_hit: Option<bool>,
     outputs: BTreeMap<String, JsonOutput>,
+    timings: Timings,
+}
+
+/// What a report is printed with: the run's context.
+struct RunContext<'a> {
+    manifest: &'a Manifest,
+    device: String,
+    market: &'a [f64],
+    cache_hit: Option<bool>,
     timings: Timings,
 }
 
@@ -148,7 +178,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         check_target(target, args)?;
         super::honour::check_compile(target, &args.opts, given)?;
         let tape = super::parse_tape(&args.input, &bytes)?;
-        let mut o = super::compile::compile_options(target, &args.opts);
+        let mut o = super::compile::resolved_options(&tape, target, &args.opts, given)?;
         if target == Target::Cpu {
             o.cpu_backend = args
                 .cpu_backend
@@ -207,9 +237,11 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     let target = manifest.target;
     let backend = Backend::open(target)
         .with_context(|| format!("cannot open the {} backend", target.name()))?;
+    let hits = nablac_runtime::gpu::cache::hits();
     let kernel = backend
         .load(&source, &manifest)
         .context("cannot load the kernel")?;
+    let cache_hit = (target != Target::Cpu).then(|| nablac_runtime::gpu::cache::hits() > hits);
     let load = load_started.elapsed().as_secs_f64();
 
     let quiet = RunOptions {
@@ -267,10 +299,35 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     }
     let reports = reports?;
     let report = &reports[0];
+    let bad: Vec<String> = report
+        .outputs
+        .iter()
+        .filter(|o| o.non_finite > 0)
+        .map(|o| {
+            format!(
+                "{}: {} of {} paths gave a non-finite value or Greek and are left out of its sums",
+                o.name, o.non_finite, args.paths
+            )
+        })
+        .collect();
+    // --strict fails before anything is printed (an error writes nothing on standard output).
+    if args.strict && !bad.is_empty() {
+        bail!("--strict: {}", bad.join("; "));
+    }
+    for b in &bad {
+        eprintln!("warning: {b}");
+    }
+    let cx = RunContext {
+        manifest: &manifest,
+        device: backend.describe(),
+        market: &market,
+        cache_hit,
+        timings,
+    };
     if args.json {
-        print_json(report, &manifest, args, timings)?;
+        print_json(report, &cx, args)?;
     } else {
-        print_table(report, &manifest, args, timings);
+        print_table(report, &cx, args);
     }
     Ok(())
 }
@@ -303,7 +360,8 @@ fn expected_seconds(
     }
 }
 
-fn print_json(report: &Report, m: &Manifest, args: &RunArgs, timings: Timings) -> Result<()> {
+fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
+    let m = cx.manifest;
     let outputs = report
         .outputs
         .iter()
@@ -313,29 +371,51 @@ fn print_json(report: &Report, m: &Manifest, args: &RunArgs, timings: Timings) -
                 JsonOutput {
                     value: o.value,
                     stderr: o.stderr,
+                    non_finite: o.non_finite,
                     greeks: o.greeks.iter().cloned().collect(),
+                    greek_stderr: (!o.greek_stderr.is_empty() || m.greek_stderr).then(|| {
+                        o.greeks
+                            .iter()
+                            .zip(&o.greek_stderr)
+                            .map(|((i, _), &se)| (i.clone(), se))
+                            .collect()
+                    }),
                 },
             )
         })
         .collect();
     let j = JsonReport {
         target: m.target.name(),
+        device: cx.device.clone(),
         precision: m.precision.name(),
+        mode: m.mode.name(),
         paths: args.paths,
         seed: args.seed,
+        market: m
+            .inputs
+            .iter()
+            .cloned()
+            .zip(cx.market.iter().copied())
+            .collect(),
+        tape_hash: &m.tape_hash,
+        kernel_hash: &m.fingerprint,
+        cache_hit: cx.cache_hit,
         outputs,
-        timings,
+        timings: cx.timings,
     };
-    // serde_json prints f64 with the shortest representation that parses back to the same bits.
+    // serde_json prints f64 with the shortest representation that parses back to the same bits,
+    // and NaN and the infinities as null.
     println!("{}", serde_json::to_string_pretty(&j)?);
     Ok(())
 }
 
-fn print_table(report: &Report, m: &Manifest, args: &RunArgs, t: Timings) {
+fn print_table(report: &Report, cx: &RunContext, args: &RunArgs) {
+    let (m, t) = (cx.manifest, cx.timings);
     println!(
-        "{} {} {} paths, seed {}, {:.3} s ({:.2} Mpaths/s)",
+        "{} {} {} {} paths, seed {}, {:.3} s ({:.2} Mpaths/s)",
         m.target.name(),
         m.precision.name(),
+        m.mode.name(),
         args.paths,
         args.seed,
         t.run,
@@ -345,17 +425,29 @@ fn print_table(report: &Report, m: &Manifest, args: &RunArgs, t: Timings) {
         println!("load {:.3} s (compile and JIT)", t.load);
     } else {
         println!(
-            "load {:.3} s (compile and driver compile); run: device {:.3} s, assembly {:.3} s, other {:.3} s",
+            "load {:.3} s (compile and driver compile{}); run: device {:.3} s, assembly {:.3} s, other {:.3} s",
             t.load,
+            if cx.cache_hit == Some(true) { ", cached" } else { "" },
             t.device,
             t.assembly,
             (t.run - t.device - t.assembly).max(0.0)
         );
     }
     for o in &report.outputs {
-        println!("{:<12} {:>22.15} ± {:.3e}", o.name, o.value, o.stderr);
-        for (input, g) in &o.greeks {
-            println!("  d/d{:<9} {:>22.15}", input, g);
+        let left_out = if o.non_finite > 0 {
+            format!("  ({} non-finite paths left out)", o.non_finite)
+        } else {
+            String::new()
+        };
+        println!(
+            "{:<12} {:>22.15} ± {:.3e}{left_out}",
+            o.name, o.value, o.stderr
+        );
+        for (k, (input, g)) in o.greeks.iter().enumerate() {
+            match o.greek_stderr.get(k) {
+                Some(se) => println!("  d/d{:<9} {:>22.15} ± {:.3e}", input, g, se),
+                None => println!("  d/d{:<9} {:>22.15}", input, g),
+            }
         }
     }
 }

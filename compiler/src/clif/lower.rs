@@ -447,7 +447,13 @@ fn literals(schedule: &Schedule) -> Vec<f64> {
 pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function, ClifError> {
     let tape = v.tape();
     let n = tape.len();
-    let schedule = Schedule::plain(v, ScheduleOptions::new(opts.mode));
+    let schedule = Schedule::plain(
+        v,
+        ScheduleOptions {
+            greek_stderr: opts.greek_stderr,
+            ..ScheduleOptions::new(opts.mode)
+        },
+    );
     let (ty, precision) = match opts.precision {
         Precision::F64 => (types::F64, Precision::F64),
         Precision::F32 => (types::F32, Precision::F32),
@@ -584,6 +590,16 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
             }
         }
     }
+    // The shifts of the squares (after the market in the inputs buffer), as f64, once per call.
+    let mut shifts: Vec<Option<Value>> = vec![None; leaves.len()];
+    for (k, leaf) in leaves.iter().enumerate() {
+        if let Leaf::Square { shift, .. } = *leaf {
+            let c = load(&mut b, shift);
+            shifts[k] = Some(cx.to_f64(&mut b, c));
+        }
+    }
+    let zero_f64 = b.ins().f64const(0.0);
+    let one_f64 = b.ins().f64const(1.0);
     let zero64 = b.ins().iconst(types::I64, 0);
     b.ins().brif(
         count,
@@ -631,22 +647,51 @@ pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function
                 }
             }
             Stmt::Leaves(_) => {
-                let mut stored: Vec<Value> = Vec::with_capacity(leaves.len());
+                let mut ys: Vec<Value> = Vec::with_capacity(leaves.len());
                 for (k, leaf) in leaves.iter().enumerate() {
                     let y = match *leaf {
                         Leaf::Value(x) => {
                             let x = vals.operand(&cx, x);
                             cx.to_f64(&mut b, x)
                         }
-                        Leaf::Square(j) => b.ins().fmul(stored[j], stored[j]),
+                        Leaf::Square { of, .. } => {
+                            let c = shifts[k].expect("a square's shift is loaded");
+                            let d = b.ins().fsub(ys[of], c);
+                            b.ins().fmul(d, d)
+                        }
                         Leaf::Adjoint(v, lane) => {
                             let d = vals.adjoint(&cx, v, lane);
                             cx.to_f64(&mut b, d)
                         }
-                        Leaf::Zero => cx.to_f64(&mut b, cx.k.zero),
+                        Leaf::Zero => zero_f64,
+                        Leaf::NonFinite { first, end } => {
+                            // Finite: the exponent bits are not all ones.
+                            let mut ok = None;
+                            for j in first..end {
+                                if !matches!(leaves[j], Leaf::Value(_) | Leaf::Adjoint(..)) {
+                                    continue;
+                                }
+                                let bits = b.ins().bitcast(types::I64, MemFlagsData::new(), ys[j]);
+                                let e = b.ins().band_imm_u(bits, 0x7ff0_0000_0000_0000);
+                                let f =
+                                    b.ins()
+                                        .icmp_imm_u(IntCC::NotEqual, e, 0x7ff0_0000_0000_0000);
+                                ok = Some(match ok {
+                                    None => f,
+                                    Some(o) => b.ins().band(o, f),
+                                });
+                            }
+                            let ok = ok.expect("an output's value is checked");
+                            for y in &mut ys[first..end] {
+                                *y = b.ins().select(ok, *y, zero_f64);
+                            }
+                            b.ins().select(ok, zero_f64, one_f64)
+                        }
                     };
+                    ys.push(y);
+                }
+                for (k, y) in ys.into_iter().enumerate() {
                     b.ins().store(flags, y, row, 8 * k as i32);
-                    stored.push(y);
                 }
             }
             // The plain schedule's notes and declarations (adjoints start at +0.0) emit nothing.

@@ -14,14 +14,17 @@
 //! fn(inputs: *const T, seed: u64, first_path: u64, count: u64, out: *mut f64)
 //! ```
 //!
-//! - `inputs`: one `T` (f32 or f64, the kernel precision) per input, in `manifest.inputs` order.
+//! - `inputs`: one `T` (f32 or f64, the kernel precision) per input, in `manifest.inputs` order,
+//!   then one per entry of `manifest.shifts` (the constants the squares are taken about).
 //! - `seed`: the Philox key, `(seed mod 2^32, seed div 2^32)`.
 //! - paths `first_path .. first_path + count` are run in order (global path indices, so the draws
 //!   do not depend on how a run is split); `count = 0` writes nothing.
 //! - `out`: `count` rows of `manifest.sums.len()` f64, row `j` for path `first_path + j`. A row is
-//!   the path's leaves in the order of `manifest.sums`: for each output, `value`, `value_sq`
-//!   (`value * value`, both in f64 after converting the kernel-precision value), then in reverse
-//!   mode `greek:<input>` (d output / d input, converted to f64) for each input.
+//!   the path's leaves in the order of `manifest.sums`, as `nablac_abi::report::output_leaves`
+//!   states them: for each output, `value` (converted to f64), `value_sq` (its square about its
+//!   shift, in f64), then in reverse and forward mode `greek:<input>` (d output / d input,
+//!   converted to f64) for each input and their squares about their shifts, then `non_finite`
+//!   (1 when the value or a Greek is NaN or infinite, and then every other leaf of the output 0).
 //!
 //! The kernel does no reduction: the host sums leaves in the fixed tree order of TAPE-FORMAT.md
 //! (Results). A block call rather than one call per path: the per-path state (Philox keys, inputs
@@ -56,6 +59,8 @@ use crate::verify::Verified;
 pub struct Options {
     pub mode: Mode,
     pub precision: Precision,
+    /// Sum the Greeks' squares for their standard errors (`greek_sq:O:I`; modes with Greeks).
+    pub greek_stderr: bool,
 }
 
 /// A CPU kernel: CLIF text and the manifest that launches it.
@@ -80,8 +85,8 @@ pub fn entry_name(opts: &Options) -> String {
 }
 
 /// The per-path leaves (and partial sums) in row order: `manifest::sum_names`, as every target.
-pub fn sums(tape: &Tape, mode: Mode) -> Vec<String> {
-    crate::emit::sum_names(tape, mode)
+pub fn sums(tape: &Tape, opts: &Options) -> Vec<String> {
+    crate::emit::sum_names(tape, opts.mode, opts.greek_stderr)
 }
 
 /// The one limit of the CPU code beyond the tape's rules: its row and input offsets fit the
@@ -106,7 +111,7 @@ fn params(opts: &Options, tape: &Tape, row: usize) -> Vec<Param> {
         doc,
     };
     vec![
-        p("inputs", format!("ptr<{t}>"), 0, "input", format!("{} input values, in manifest.inputs order", tape.inputs.len())),
+        p("inputs", format!("ptr<{t}>"), 0, "input", format!("{} input values, in manifest.inputs order, then one value per entry of manifest.shifts", tape.inputs.len())),
         p("seed", "u64".into(), 1, "value", "Philox key: (seed mod 2^32, seed div 2^32)".into()),
         p("first_path", "u64".into(), 2, "value", "global index of the first path of this call".into()),
         p("count", "u64".into(), 3, "value", "paths run by this call: first_path .. first_path + count".into()),
@@ -122,7 +127,7 @@ fn params(opts: &Options, tape: &Tape, row: usize) -> Vec<Param> {
 
 /// The manifest of the CPU kernel for `tape` under `opts` (every field filled; see the ABI above).
 pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
-    let sums = sums(tape, opts.mode);
+    let sums = sums(tape, opts);
     Manifest {
         manifest_version: MANIFEST_VERSION,
         nablac_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -135,6 +140,8 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
         outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
         params: params(opts, tape, sums.len()),
         sums,
+        greek_stderr: opts.greek_stderr && opts.mode.has_greeks(),
+        shifts: crate::emit::shift_names(tape, opts.mode, opts.greek_stderr),
         workgroup_size: 1,
         segments: 1,
         checkpoint: Checkpoint::Off,

@@ -139,8 +139,8 @@ fn all_ops() -> Verified {
 
 // ---------- the reference to compare with ----------
 
-/// One path: the row the kernel must write (value, value², then Greeks per output in reverse
-/// mode), from `crate::reference` evaluated in the kernel's precision.
+/// One path: the row the kernel must write (`report::output_leaves` with every shift 0: the
+/// market alone was passed), from `crate::reference` evaluated in the kernel's precision.
 fn eval_path<T: Float>(
     tape: &Verified,
     inputs: &[f64],
@@ -151,11 +151,9 @@ fn eval_path<T: Float>(
     let r = evaluate_path_in::<T>(tape, inputs, seed, path).expect("a valid tape");
     let mut row = Vec::new();
     for (o, &x) in r.outputs.iter().enumerate() {
-        row.push(x);
-        row.push(x * x);
-        if mode.has_greeks() {
-            row.extend(&r.greeks[o]);
-        }
+        let greeks: &[f64] = if mode.has_greeks() { &r.greeks[o] } else { &[] };
+        let shifts = vec![0.0; 1 + greeks.len()];
+        row.extend(crate::report::output_leaves(x, greeks, &shifts, true));
     }
     row
 }
@@ -163,7 +161,11 @@ fn eval_path<T: Float>(
 // ---------- helpers ----------
 
 fn opts(mode: Mode, precision: Precision) -> Options {
-    Options { mode, precision }
+    Options {
+        mode,
+        precision,
+        greek_stderr: true,
+    }
 }
 
 fn kernel(tape: &Verified, o: Options) -> (Kernel, cpu::Compiled) {
@@ -268,14 +270,14 @@ fn draws_equal_the_rust_reference_bit_for_bit() {
                             f64::from(f32::uniform(seed, p, *k)),
                         ),
                     };
-                    let r = &out[j as usize * 16..];
+                    let r = &out[j as usize * 24..];
                     assert_eq!(
-                        r[4 * o].to_bits(),
+                        r[6 * o].to_bits(),
                         z.to_bits(),
                         "{precision:?} normal {k} seed {seed} path {p}"
                     );
                     assert_eq!(
-                        r[4 * o + 2].to_bits(),
+                        r[6 * o + 3].to_bits(),
                         u.to_bits(),
                         "{precision:?} uniform {k} seed {seed} path {p}"
                     );
@@ -320,14 +322,22 @@ proptest::proptest! {
         let (_, f) = kernel(&v, opts(Mode::Forward, Precision::F64));
         let (_, r) = kernel(&v, opts(Mode::Reverse, Precision::F64));
         let (fwd, rev) = (run_rows(&f, &inputs, 3, 0, 8), run_rows(&r, &inputs, 3, 0, 8));
-        let width = 2 + v.inputs.len();
+        // A row: value, its square, n Greeks, n squares, non-finite. Rows where either order
+        // found a non-finite Greek (the two may differ there) are left out; elsewhere the
+        // values agree bit for bit and the Greeks closely.
+        let n = v.inputs.len();
+        let width = 3 + 2 * n;
         for (k, (a, b)) in fwd.iter().zip(&rev).enumerate() {
+            let base = k - k % width;
+            if fwd[base + width - 1] != 0.0 || rev[base + width - 1] != 0.0 {
+                continue;
+            }
             if k % width < 2 {
                 proptest::prop_assert_eq!(a.to_bits(), b.to_bits(), "value leaf {}", k);
-            } else if a.is_finite() && b.is_finite() {
+            } else if k % width < 2 + n && a.is_finite() && b.is_finite() {
                 // A Greek that is exactly 0 in one order of summation is a few ulps of the
                 // output's size in the other: an absolute floor of 1e-14 of the output's value.
-                let y = fwd[k - k % width].abs();
+                let y = fwd[base].abs();
                 proptest::prop_assert!(close(*a, *b, 1e-10) || (a - b).abs() <= 1e-14 * y.max(1.0), "leaf {}: forward {:e} reverse {:e}\n{}", k, a, b, crate::format::write_text(&tape));
             }
         }
@@ -361,8 +371,29 @@ fn greeks_by_hand() {
             "greek:y:spot",
             "greek:y:strike",
             "greek:y:vol",
+            "greek_sq:y:spot",
+            "greek_sq:y:strike",
+            "greek_sq:y:vol",
+            "non_finite:y",
             "value:spot_again",
             "value_sq:spot_again",
+            "greek:spot_again:spot",
+            "greek:spot_again:strike",
+            "greek:spot_again:vol",
+            "greek_sq:spot_again:spot",
+            "greek_sq:spot_again:strike",
+            "greek_sq:spot_again:vol",
+            "non_finite:spot_again"
+        ]
+    );
+    assert_eq!(
+        k.manifest.shifts,
+        [
+            "value:y",
+            "greek:y:spot",
+            "greek:y:strike",
+            "greek:y:vol",
+            "value:spot_again",
             "greek:spot_again:spot",
             "greek:spot_again:strike",
             "greek:spot_again:vol"
@@ -370,23 +401,65 @@ fn greeks_by_hand() {
     );
     let out = run_rows(&c, &[2.0, 3.0, 0.5], 1, 0, 2);
     let ex = 0.5f64.exp();
+    let y = 2.0 * ex + 3.0;
     let row = [
-        2.0 * ex + 3.0,
-        (2.0 * ex + 3.0) * (2.0 * ex + 3.0),
+        y,
+        y * y,
         ex,
         1.0,
         2.0 * ex,
+        ex * ex,
+        1.0,
+        4.0 * ex * ex,
+        0.0,
         2.0,
         4.0,
         1.0,
         0.0,
         0.0,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
     ];
-    assert_eq!(&out[..10], &row);
-    assert_eq!(&out[10..], &row, "no draws: every path is the same");
+    assert_eq!(&out[..18], &row);
+    assert_eq!(&out[18..], &row, "no draws: every path is the same");
+    // The squares are taken about the shifts after the market: (leaf - c)^2.
+    let shifted = run_rows(
+        &c,
+        &[
+            2.0,
+            3.0,
+            0.5,
+            y - 1.0,
+            ex + 2.0,
+            0.0,
+            0.0,
+            1.0,
+            0.0,
+            0.0,
+            -1.0,
+        ],
+        1,
+        0,
+        1,
+    );
+    assert_eq!(shifted[1], 1.0);
+    assert_eq!(shifted[5], 4.0);
+    assert_eq!(shifted[9..11], [2.0, 1.0]);
+    assert_eq!(shifted[14], 1.0);
+    // spot_again does not depend on vol: its Greek and square are 0 whatever the shift.
+    assert_eq!(shifted[16], 0.0);
     // A tie in max goes to the first argument: at spot = strike = 3, d/dspot gets it.
     let out = run_rows(&c, &[3.0, 3.0, 0.0], 1, 0, 1);
     assert_eq!(&out[2..5], &[1.0 + 1.0, 0.0, 3.0]);
+    // A NaN Greek (vol < 0: no exp of it is NaN; a NaN input is refused, so a market of
+    // infinity-making size): exp(1000) overflows, y and its Greeks are infinite; the path is
+    // counted in `non_finite:y` and left out; spot_again stays.
+    let out = run_rows(&c, &[2.0, 3.0, 1000.0], 1, 0, 1);
+    assert_eq!(&out[..9], &[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+    assert_eq!(out[9], 2.0);
+    assert_eq!(out[17], 0.0);
 }
 
 #[test]
@@ -411,7 +484,9 @@ fn emission_is_deterministic_and_self_describing() {
     assert_eq!(m.inputs, ["spot", "strike", "vol", "rate", "maturity"]);
     assert_eq!(m.input_defaults, [100.0, 100.0, 0.2, 0.05, 1.0]);
     assert_eq!(m.outputs, ["price"]);
-    assert_eq!(m.sums.len(), 7);
+    assert_eq!(m.sums.len(), 13);
+    assert!(m.greek_stderr);
+    assert_eq!(m.shifts.len(), 6);
     assert_eq!(
         m.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         ["inputs", "seed", "first_path", "count", "out"]
@@ -426,7 +501,12 @@ fn emission_is_deterministic_and_self_describing() {
     assert_ne!(m.tape_hash, crate::format::content_hash(&asian(5)));
     let f32k = emit(&tape, &opts(Mode::Price, Precision::F32)).unwrap();
     assert!(f32k.source.contains("%expf") && f32k.source.contains("%cosf"));
-    assert_eq!(f32k.manifest.sums, ["value:price", "value_sq:price"]);
+    assert_eq!(
+        f32k.manifest.sums,
+        ["value:price", "value_sq:price", "non_finite:price"]
+    );
+    assert_eq!(f32k.manifest.shifts, ["value:price"]);
+    assert!(!f32k.manifest.greek_stderr);
     assert_eq!(f32k.manifest.params[0].ty, "ptr<f32>");
     // The manifest survives JSON.
     let json = serde_json::to_string(m).unwrap();
@@ -481,8 +561,8 @@ fn dead_and_inactive_nodes_are_not_emitted() {
     for p in 0..3 {
         let z = f64::normal(7, p, 0);
         assert_eq!(
-            &out[p as usize * 3..p as usize * 3 + 3],
-            &[1.5 * z, 1.5 * z * (1.5 * z), z]
+            &out[p as usize * 5..p as usize * 5 + 5],
+            &[1.5 * z, 1.5 * z * (1.5 * z), z, z * z, 0.0]
         );
     }
 }

@@ -365,18 +365,43 @@ impl<'a> Body<'a> {
             }
             Stmt::Leaves(leaves) => {
                 // The skeleton's accumulators start at zero, so a zero leaf needs no line.
+                let zero = self.d.literal(0.0, Precision::F64);
                 for (s, leaf) in leaves.iter().enumerate() {
                     match *leaf {
                         Leaf::Value(x) => out.line(format!(
                             "acc{s} = {};",
                             self.d.cast("double", &self.operand(x))
                         )),
-                        Leaf::Square(j) => out.line(format!("acc{s} = acc{j} * acc{j};")),
+                        Leaf::Square { of, shift } => {
+                            out.line(format!(
+                                "acc{s} = acc{of} - {};",
+                                self.d.cast("double", &format!("inputs[{shift}]"))
+                            ));
+                            out.line(format!("acc{s} = acc{s} * acc{s};"));
+                        }
                         Leaf::Adjoint(v, o) => out.line(format!(
                             "acc{s} = {};",
                             self.d.cast("double", &self.dname(v, o))
                         )),
                         Leaf::Zero => {}
+                        Leaf::NonFinite { first, end } => {
+                            let checked: Vec<String> = (first..end)
+                                .filter(|&j| {
+                                    matches!(leaves[j], Leaf::Value(_) | Leaf::Adjoint(..))
+                                })
+                                .map(|j| self.d.finite(&format!("acc{j}")))
+                                .collect();
+                            let one = self.d.literal(1.0, Precision::F64);
+                            out.line(format!(
+                                "acc{s} = ({}) ? {zero} : {one};",
+                                checked.join(" && ")
+                            ));
+                            out.open(format!("if (acc{s} != {zero}) {{"));
+                            for j in (first..end).filter(|&j| leaves[j] != Leaf::Zero) {
+                                out.line(format!("acc{j} = {zero};"));
+                            }
+                            out.close();
+                        }
                     }
                 }
             }

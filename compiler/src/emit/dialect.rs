@@ -168,6 +168,18 @@ impl Dialect {
         }
     }
 
+    /// An expression that is true when the f64 `x` is finite: its exponent bits are not all
+    /// ones. Read from the bits, so no compiler that assumes finite math can fold it away.
+    pub fn finite(&self, x: &str) -> String {
+        match self.target {
+            Target::Cuda => format!("(__double2hiint({x}) & 0x7ff00000) != 0x7ff00000"),
+            Target::Opencl => {
+                format!("(as_ulong({x}) & 0x7ff0000000000000UL) != 0x7ff0000000000000UL")
+            }
+            _ => format!("(unpackDouble2x32({x}).y & 0x7ff00000u) != 0x7ff00000u"),
+        }
+    }
+
     /// Definitions of the helper functions the language lacks, for the rule functions `used`
     /// (GLSL's `nablac_tanh` and `nablac_erfc`, f32 only), or nothing.
     pub fn helpers(&self, used: &[MathFn]) -> String {
@@ -401,5 +413,9 @@ mod tests {
         assert_eq!(CUDA.draw_sqrt(Precision::F32), "draw_sqrt");
         assert_eq!(CUDA.draw_sqrt(Precision::F64), "sqrt");
         assert_eq!(OPENCL.draw_sqrt(Precision::F32), "sqrt");
+        assert_eq!(
+            GLSL.finite("acc0"),
+            "(unpackDouble2x32(acc0).y & 0x7ff00000u) != 0x7ff00000u"
+        );
     }
 }

@@ -5,11 +5,23 @@ use super::EmitOptions;
 use crate::schedule::Schedule;
 use crate::tape::Tape;
 
-/// The sum names in partials order (the runtime's `manifest::sum_names`).
-pub fn sum_names(tape: &Tape, mode: Mode) -> Vec<String> {
-    let outputs: Vec<String> = tape.outputs.iter().map(|o| o.name.clone()).collect();
-    let inputs: Vec<String> = tape.inputs.iter().map(|i| i.name.clone()).collect();
-    super::manifest::sum_names(&outputs, &inputs, mode)
+/// The sum names in partials order (the ABI's `manifest::sum_names`).
+pub fn sum_names(tape: &Tape, mode: Mode, greek_stderr: bool) -> Vec<String> {
+    let (outputs, inputs) = names(tape);
+    super::manifest::sum_names(&outputs, &inputs, mode, greek_stderr && mode.has_greeks())
+}
+
+/// The shift names, in inputs-buffer order after the market (the ABI's `manifest::shift_names`).
+pub fn shift_names(tape: &Tape, mode: Mode, greek_stderr: bool) -> Vec<String> {
+    let (outputs, inputs) = names(tape);
+    super::manifest::shift_names(&outputs, &inputs, mode, greek_stderr && mode.has_greeks())
+}
+
+fn names(tape: &Tape) -> (Vec<String>, Vec<String>) {
+    (
+        tape.outputs.iter().map(|o| o.name.clone()).collect(),
+        tape.inputs.iter().map(|i| i.name.clone()).collect(),
+    )
 }
 
 /// The kernel's parameters in binding order (the ABI crate owns the table).
@@ -24,7 +36,7 @@ pub(super) fn build(
     opts: &EmitOptions,
     schedule: &Schedule,
 ) -> Result<Manifest, super::EmitError> {
-    let sums = sum_names(tape, opts.mode);
+    let sums = sum_names(tape, opts.mode, schedule.greek_stderr);
     let checkpointed = schedule.is_checkpointed();
     let persistent = if checkpointed {
         plan.segments
@@ -52,6 +64,8 @@ pub(super) fn build(
         outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
         params: params(opts, sums.len(), scratch_slots),
         sums,
+        greek_stderr: schedule.greek_stderr,
+        shifts: shift_names(tape, opts.mode, schedule.greek_stderr),
         workgroup_size: opts.workgroup_size,
         segments: schedule.segments as u32,
         checkpoint: schedule.strategy,

@@ -62,7 +62,7 @@ pub use nablac_abi::manifest;
 mod tests;
 
 pub use dialect::{Dialect, MathFn, CUDA, GLSL, OPENCL};
-pub use fill::sum_names;
+pub use fill::{shift_names, sum_names};
 pub use manifest::{Manifest, Mode, Param, Precision, Target, MANIFEST_VERSION};
 
 use crate::plan::{Checkpoint, Plan};
@@ -111,6 +111,8 @@ pub struct EmitOptions {
     /// with spills (on the H200, N = 4 made the 16-segment Asian 1.33x faster; BENCHMARKS.md).
     /// `None`: the compiler's choice. Other targets have no such hint and refuse it.
     pub min_blocks: Option<u32>,
+    /// Sum the Greeks' squares for their standard errors (`greek_sq:O:I`; modes with Greeks).
+    pub greek_stderr: bool,
 }
 
 impl Default for EmitOptions {
@@ -123,6 +125,7 @@ impl Default for EmitOptions {
             scratch_layout: ScratchLayout::Soa,
             annotate: false,
             min_blocks: None,
+            greek_stderr: true,
         }
     }
 }
@@ -209,6 +212,7 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         ScheduleOptions {
             mode: opts.mode,
             opaque_math: crate::passes::opaque_math_arguments(opts.target),
+            greek_stderr: opts.greek_stderr,
         },
     );
     let body = body::Body {

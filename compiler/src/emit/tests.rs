@@ -564,7 +564,8 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     assert!(src.contains("d13_1 += d14_1;"));
     assert!(!src.contains("d13_0 += d14_0;"));
     assert!(!src.contains("d12_0 -= d13_0;"));
-    // Leaves: per output value, value², then one Greek per input.
+    // Leaves: per output value, its square about its shift, one Greek per input, their squares,
+    // the non-finite count.
     let k = emit(&verified(&tape), &plan, &opts(Target::Cuda, Mode::Reverse)).unwrap();
     assert_eq!(
         k.manifest.sums,
@@ -573,19 +574,43 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
             "value_sq:first",
             "greek:first:x",
             "greek:first:y",
+            "greek_sq:first:x",
+            "greek_sq:first:y",
+            "non_finite:first",
             "value:second",
             "value_sq:second",
+            "greek:second:x",
+            "greek:second:y",
+            "greek_sq:second:x",
+            "greek_sq:second:y",
+            "non_finite:second"
+        ]
+    );
+    assert_eq!(
+        k.manifest.shifts,
+        [
+            "value:first",
+            "greek:first:x",
+            "greek:first:y",
+            "value:second",
             "greek:second:x",
             "greek:second:y"
         ]
     );
-    assert!(src.contains("acc6 = (double)(d0_1);"));
-    assert!(src.contains("double acc7 = 0.0;") && !src.contains("acc8"));
-    // Price: no adjoints, no opaque reads, two sums per output.
+    assert!(src.contains("acc9 = (double)(d0_1);"));
+    // The squares about the shifts, read after the two inputs; the non-finite check.
+    assert!(
+        src.contains("acc1 = acc0 - (double)(inputs[2]);\n"),
+        "{src}"
+    );
+    assert!(src.contains("acc12 = acc10 - (double)(inputs[7]);"));
+    assert!(src.contains("acc6 = ((__double2hiint(acc0) & 0x7ff00000) != 0x7ff00000 && (__double2hiint(acc2) & 0x7ff00000) != 0x7ff00000"));
+    assert!(src.contains("double acc13 = 0.0;") && !src.contains("acc14"));
+    // Price: no adjoints, no opaque reads, three sums per output.
     let price = emit(&verified(&tape), &plan, &opts(Target::Cuda, Mode::Price)).unwrap();
     assert!(!price.source.contains("d0"));
-    assert_eq!(price.manifest.sums.len(), 4);
-    assert!(price.source.contains("double acc3 = 0.0;") && !price.source.contains("acc4"));
+    assert_eq!(price.manifest.sums.len(), 6);
+    assert!(price.source.contains("double acc5 = 0.0;") && !price.source.contains("acc6"));
 }
 
 #[test]
@@ -695,7 +720,8 @@ fn manifest_describes_the_abi() {
         assert_eq!(m.inputs, ["spot", "strike", "vol", "rate", "maturity"]);
         assert_eq!(m.input_defaults, [100.0, 100.0, 0.2, 0.03, 1.0]);
         assert_eq!(m.outputs, ["price"]);
-        assert_eq!(m.sums.len(), 7);
+        assert_eq!(m.sums.len(), 13);
+        assert_eq!(m.shifts.len(), 6);
         assert_eq!(m.workgroup_size, 256);
         assert_eq!(
             (m.segments, m.checkpoint, m.persistent),
@@ -740,12 +766,12 @@ fn manifest_describes_the_abi() {
         }
         assert_eq!(m.params[1].role, "output");
         // The partials index and the pairwise reduction order.
-        for s in 0..7 {
-            assert!(k.source.contains(&format!("group * 7u + {s}u] = sh[0];")));
+        for s in 0..13 {
+            assert!(k.source.contains(&format!("group * 13u + {s}u] = sh[0];")));
             assert!(k.source.contains(&format!("sh[lid] = acc{s};")));
         }
         assert!(!k.source.contains("acc["), "no indexed leaf array");
-        assert_eq!(count(&k.source, "m < 256u; m *= 2u)"), 7);
+        assert_eq!(count(&k.source, "m < 256u; m *= 2u)"), 13);
         assert!(k
             .source
             .contains("if (lid % (2u * m) == 0u) sh[lid] += sh[lid + m];"));

@@ -23,7 +23,7 @@
 
 use super::math::{self, Func, Vt, R, V};
 use super::LlvmError;
-use crate::emit::manifest::{Mode, Precision};
+use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
 use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
@@ -467,16 +467,16 @@ fn splat_value<'ctx>(
     )
 }
 
-/// Builds the module of the block function `name` for `v` in `mode`, `precision`.
+/// Builds the module of the block function `name` for `v` under `opts` (mode, precision, the
+/// Greeks' squares).
 pub(super) fn lower<'ctx>(
     cx: &'ctx Context,
     v: &Verified,
-    mode: Mode,
-    precision: Precision,
+    opts: &crate::clif::Options,
     name: &str,
 ) -> Result<Module<'ctx>, LlvmError> {
     let m = cx.create_module("nablac");
-    build(cx, &m, v, mode, precision, name).map_err(|e| LlvmError::Build(e.to_string()))?;
+    build(cx, &m, v, opts, name).map_err(|e| LlvmError::Build(e.to_string()))?;
     m.verify()
         .map_err(|e| LlvmError::Build(format!("the module does not verify: {e}")))?;
     Ok(m)
@@ -486,12 +486,18 @@ fn build<'ctx>(
     cx: &'ctx Context,
     m: &Module<'ctx>,
     verified: &Verified,
-    mode: Mode,
-    precision: Precision,
+    opts: &crate::clif::Options,
     name: &str,
 ) -> R<()> {
+    let precision = opts.precision;
     let tape = verified.tape();
-    let schedule = Schedule::plain(verified, ScheduleOptions::new(mode));
+    let schedule = Schedule::plain(
+        verified,
+        ScheduleOptions {
+            greek_stderr: opts.greek_stderr,
+            ..ScheduleOptions::new(opts.mode)
+        },
+    );
     let w = lanes(precision);
     let t = Vt::new(cx, precision == Precision::F64, w);
     let (i64t, i32t) = (cx.i64_type(), cx.i32_type());
@@ -771,24 +777,63 @@ fn build<'ctx>(
             b.build_float_ext(x, cx.f64_type().vec_type(w), "")
         }
     };
-    let mut stored: Vec<Vv<'ctx>> = Vec::with_capacity(leaves.len());
-    for (k, leaf) in leaves.iter().enumerate() {
+    // Every leaf first (a non-finite count zeroes its output's leaves before any is stored).
+    let f64v = cx.f64_type().vec_type(w);
+    let i64v = i64t.vec_type(w);
+    let mut ys: Vec<Vv<'ctx>> = Vec::with_capacity(leaves.len());
+    for leaf in leaves.iter() {
         let y = match *leaf {
             Leaf::Value(x) => to_f64(vals.operand(&v, x)?)?,
-            Leaf::Square(j) => {
-                let s = *stored.get(j).ok_or_else(|| missing("square"))?;
-                b.build_float_mul(s, s, "")?
+            Leaf::Square { of, shift } => {
+                let s = *ys.get(of).ok_or_else(|| missing("square"))?;
+                // The shift lies after the market in the inputs buffer, one T each.
+                // SAFETY (of the generated code): the ABI gives one T per input and per shift.
+                let p =
+                    unsafe { b.build_gep(inputs, &[i64t.const_int(u64::from(shift), false)], "")? };
+                let c = splat_value(&b, t.fty, b.build_load(p, "")?)?;
+                let d = b.build_float_sub(s, to_f64(c)?, "")?;
+                b.build_float_mul(d, d, "")?
             }
             Leaf::Adjoint(n, lane) => to_f64(vals.adjoint(&v, n, lane))?,
-            Leaf::Zero => cx.f64_type().vec_type(w).const_zero(),
+            Leaf::Zero => f64v.const_zero(),
+            Leaf::NonFinite { first, end } => {
+                // Finite: the exponent bits are not all ones.
+                let exp = i64t.const_int(0x7ff0_0000_0000_0000, false);
+                let exp = VectorType::const_vector(&vec![exp; w as usize]);
+                let mut ok = None;
+                for j in first..end {
+                    if !matches!(leaves[j], Leaf::Value(_) | Leaf::Adjoint(..)) {
+                        continue;
+                    }
+                    let bits = b.build_bit_cast(ys[j], i64v, "")?.into_vector_value();
+                    let e = b.build_and(bits, exp, "")?;
+                    let f = b.build_int_compare(IntPredicate::NE, e, exp, "")?;
+                    ok = Some(match ok {
+                        None => f,
+                        Some(o) => b.build_and(o, f, "")?,
+                    });
+                }
+                let ok = ok.ok_or_else(|| missing("an output's value to check"))?;
+                for y in &mut ys[first..end] {
+                    *y = b
+                        .build_select(ok, *y, f64v.const_zero(), "")?
+                        .into_vector_value();
+                }
+                let one =
+                    VectorType::const_vector(&vec![cx.f64_type().const_float(1.0); w as usize]);
+                b.build_select(ok, f64v.const_zero(), one, "")?
+                    .into_vector_value()
+            }
         };
+        ys.push(y);
+    }
+    for (k, y) in ys.into_iter().enumerate() {
         for j in 0..u64::from(w) {
             let e = b.build_extract_element(y, i32t.const_int(j, false), "")?;
             // SAFETY (generated code): lane j's row lies inside dst.
             let p = unsafe { b.build_gep(dst, &[i64t.const_int(j * row + k as u64, false)], "")? };
             b.build_store(p, e)?;
         }
-        stored.push(y);
     }
     b.build_conditional_branch(full, next, partial)?;
     b.position_at_end(partial);

@@ -58,7 +58,7 @@ pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, LlvmError> {
     check_size(v.tape())?;
     let mut manifest = manifest(v.tape(), opts);
     let cx = Context::create();
-    let module = lower::lower(&cx, v, opts.mode, opts.precision, &manifest.entry_point)?;
+    let module = lower::lower(&cx, v, opts, &manifest.entry_point)?;
     let source = module.print_to_string().to_string();
     manifest.seal(&source);
     Ok(Kernel { source, manifest })

@@ -380,11 +380,18 @@ fn agree(
     rel: f64,
     what: &str,
 ) -> usize {
-    let o = Options { mode, precision };
+    let o = Options {
+        mode,
+        precision,
+        greek_stderr: true,
+    };
     let l = emit(v, &o).unwrap_or_else(|e| panic!("{what}: {e}"));
     let c = clif::emit(v, &o).unwrap();
     assert_eq!(l.manifest.sums, c.manifest.sums);
-    let inputs: Vec<f64> = v.tape().inputs.iter().map(|i| i.value).collect();
+    assert_eq!(l.manifest.shifts, c.manifest.shifts);
+    // The market, then a non-zero shift for every square: both take them from the inputs.
+    let mut inputs: Vec<f64> = v.tape().inputs.iter().map(|i| i.value).collect();
+    inputs.extend((0..l.manifest.shifts.len()).map(|k| 0.25 + 0.5 * k as f64));
     let a = rows(&l.source, &l.manifest, &inputs, 7, first, n);
     let b = rows(&c.source, &c.manifest, &inputs, 7, first, n);
     let row = l.manifest.sums.len();
@@ -449,6 +456,7 @@ fn corpus_kernels_agree_with_the_reference() {
         let o = Options {
             mode: Mode::Reverse,
             precision: Precision::F64,
+            greek_stderr: true,
         };
         let k = emit(v, &o).unwrap();
         let got = rows(&k.source, &k.manifest, &inputs, 3, 0, 9);
@@ -457,9 +465,9 @@ fn corpus_kernels_agree_with_the_reference() {
             let r = evaluate_path_in::<f64>(v, &inputs, 3, p).unwrap();
             let mut want = Vec::new();
             for (o, &x) in r.outputs.iter().enumerate() {
-                want.push(x);
-                want.push(x * x);
-                want.extend(&r.greeks[o]);
+                // The row of the ABI with every shift 0 (the market alone was passed).
+                let shifts = vec![0.0; 1 + r.greeks[o].len()];
+                want.extend(crate::report::output_leaves(x, &r.greeks[o], &shifts, true));
             }
             for (s, (g, w)) in got[p as usize * row..][..row].iter().zip(&want).enumerate() {
                 assert!(
@@ -484,6 +492,7 @@ fn a_partial_group_writes_only_its_rows_and_the_same_bits() {
         let o = Options {
             mode: Mode::Reverse,
             precision,
+            greek_stderr: true,
         };
         let k = emit(&case.tape, &o).unwrap();
         let c = cpu::load(&k.source, &k.manifest).unwrap();
@@ -507,6 +516,7 @@ fn emission_is_deterministic_and_reads_no_libm() {
         let o = Options {
             mode: Mode::Reverse,
             precision: Precision::F64,
+            greek_stderr: true,
         };
         let a = emit(&case.tape, &o).unwrap();
         let b = emit(&case.tape, &o).unwrap();
@@ -525,6 +535,7 @@ fn the_runtime_refuses_foreign_llvm_ir() {
     let o = Options {
         mode: Mode::Price,
         precision: Precision::F64,
+        greek_stderr: true,
     };
     let k = emit(&case.tape, &o).unwrap();
     let call_libm = k.source.replace(
@@ -557,6 +568,7 @@ fn threads_and_chunks_never_change_a_bit() {
     let o = Options {
         mode: Mode::Reverse,
         precision: Precision::F64,
+        greek_stderr: true,
     };
     let l = emit(&case.tape, &o).unwrap();
     let lk = be.load(&l.source, &l.manifest).unwrap();

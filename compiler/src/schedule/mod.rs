@@ -135,18 +135,24 @@ impl Tangent {
     }
 }
 
-/// One per-path leaf, in the manifest's sum order.
+/// One per-path leaf, in the manifest's sum order (`nablac_abi::report::output_leaves` says what
+/// each is; the leaves are computed in order, so a leaf reads only earlier ones).
 #[derive(Copy, Clone, PartialEq, Debug)]
 pub enum Leaf {
     /// A value converted to f64: an output's value, or in forward mode an output's tangent (a
     /// Greek).
     Value(Operand),
-    /// The square of leaf `sum` (in f64).
-    Square(usize),
+    /// The square of leaf `of` about the shift `inputs[shift]` (the inputs buffer's entry past
+    /// the market, in the kernel's precision, converted to f64): `(leaf - c) * (leaf - c)`, f64.
+    Square { of: usize, shift: u32 },
     /// The adjoint of `node` in `lane`, converted to f64: a Greek.
     Adjoint(NodeId, Lane),
     /// Zero (the input is outside the lane's cone: no adjoint reaches it).
     Zero,
+    /// An output's non-finite count, the last of its leaves `first..end` (this one excluded):
+    /// 1 when one of them that is a `Value` or an `Adjoint` is NaN or infinite, and then every
+    /// leaf of `first..end` is 0 instead; else 0 and the others keep their values.
+    NonFinite { first: usize, end: usize },
 }
 
 /// A scope: its statements, which part of the tape it covers, and a note for the reader.
@@ -205,6 +211,9 @@ pub enum Stmt {
 #[derive(Clone, PartialEq, Debug)]
 pub struct Schedule {
     pub mode: Mode,
+    /// The leaves include the Greeks' squares (`ScheduleOptions::greek_stderr` in a mode with
+    /// Greeks).
+    pub greek_stderr: bool,
     /// Lanes: one adjoint lane per output in reverse mode, one tangent direction per colour of
     /// inputs in forward mode (`passes::colour_inputs`; 1 in price mode, which uses none).
     pub lanes: usize,
@@ -226,13 +235,18 @@ pub struct ScheduleOptions {
     pub mode: Mode,
     /// See [`Schedule::opaque_math`].
     pub opaque_math: bool,
+    /// Sum the squares of the Greeks (`greek_sq:O:I`) for their standard errors (modes with
+    /// Greeks only).
+    pub greek_stderr: bool,
 }
 
 impl ScheduleOptions {
+    /// `mode`, no opaque math arguments, the Greeks' squares summed.
     pub fn new(mode: Mode) -> Self {
         ScheduleOptions {
             mode,
             opaque_math: false,
+            greek_stderr: true,
         }
     }
 }
@@ -292,6 +306,8 @@ struct Builder<'a> {
     info: &'a TapeInfo,
     mode: Mode,
     lanes: usize,
+    /// Sum the Greeks' squares (`ScheduleOptions::greek_stderr`).
+    greek_stderr: bool,
 }
 
 impl Builder<'_> {
@@ -399,15 +415,26 @@ impl Builder<'_> {
         }
     }
 
-    /// The leaves in sum order (`manifest::sum_names`): per output its value and square, and
-    /// when the mode has Greeks `greek(o, i)` for every input i. A Greek no adjoint or tangent
-    /// reaches (the input outside output o's cone) is zero whatever `greek` says.
+    /// The leaves in sum order (`manifest::sum_names`): per output its value and its square
+    /// about the output's first shift, when the mode has Greeks `greek(o, i)` for every input i
+    /// (and their squares about the next shifts when `greek_stderr`), and the non-finite count.
+    /// A Greek no adjoint or tangent reaches (the input outside output o's cone) is zero
+    /// whatever `greek` says, and so is its square. Shifts are numbered as
+    /// `manifest::shift_names` lists them, after the market in the inputs buffer.
     fn leaves(&self, greek: &dyn Fn(usize, usize) -> Leaf) -> Stmt {
         let mut leaves = Vec::new();
+        let mut shift = self.tape.inputs.len() as u32;
+        let mut next_shift = || {
+            shift += 1;
+            shift - 1
+        };
         for (o, output) in self.tape.outputs.iter().enumerate() {
-            let value = leaves.len();
+            let first = leaves.len();
             leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
-            leaves.push(Leaf::Square(value));
+            leaves.push(Leaf::Square {
+                of: first,
+                shift: next_shift(),
+            });
             if self.mode.has_greeks() {
                 for (i, &v) in self.info.input_nodes.iter().enumerate() {
                     leaves.push(if self.in_lane(v, o) {
@@ -416,7 +443,18 @@ impl Builder<'_> {
                         Leaf::Zero
                     });
                 }
+                if self.greek_stderr {
+                    for g in first + 2..first + 2 + self.info.input_nodes.len() {
+                        let shift = next_shift();
+                        leaves.push(match leaves[g] {
+                            Leaf::Zero => Leaf::Zero,
+                            _ => Leaf::Square { of: g, shift },
+                        });
+                    }
+                }
             }
+            let end = leaves.len();
+            leaves.push(Leaf::NonFinite { first, end });
         }
         Stmt::Leaves(leaves)
     }
@@ -653,6 +691,7 @@ impl Schedule {
             info: v.info(),
             mode: opts.mode,
             lanes: lanes(v.tape(), opts.mode, &colouring),
+            greek_stderr: opts.greek_stderr,
         };
         let checkpointed =
             plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed());
@@ -664,6 +703,7 @@ impl Schedule {
         let sp = checkpointed.map(|p| &p.segments);
         Schedule {
             mode: opts.mode,
+            greek_stderr: opts.greek_stderr && opts.mode.has_greeks(),
             lanes: b.lanes,
             segments: sp.map_or(1, |sp| sp.segments.len()),
             strategy: sp.map_or(Checkpoint::Off, |sp| sp.strategy),

@@ -270,7 +270,9 @@ impl Stat {
     fn of(xs: &[f64]) -> Stat {
         let n = xs.len() as f64;
         let mean = tree_sum(xs) / n;
-        let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0).max(1.0);
+        // Undefined (NaN) for fewer than two paths.
+        let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+        let var = if xs.len() < 2 { f64::NAN } else { var };
         Stat {
             mean,
             abs_mean: xs.iter().map(|x| x.abs()).sum::<f64>() / n,
@@ -279,25 +281,40 @@ impl Stat {
     }
 }
 
-/// The results of `paths` paths: per output its value and its Greeks by input.
+/// The results of `paths` paths: per output its value and its Greeks by input, over the paths
+/// where the output and all its Greeks are finite (TAPE-FORMAT.md, Results), and how many were
+/// not.
 pub struct Run {
     pub values: Vec<Stat>,
     pub greeks: Vec<Vec<Stat>>,
+    pub non_finite: Vec<u64>,
 }
 
 pub fn run(tape: &Tape, inputs: &[f64], seed: u64, paths: u64, v: Variates) -> Run {
     let per: Vec<Path> = (0..paths).map(|p| path(tape, inputs, seed, p, v)).collect();
-    let column = |f: &dyn Fn(&Path) -> f64| Stat::of(&per.iter().map(f).collect::<Vec<_>>());
+    let finite =
+        |p: &Path, o: usize| p.outputs[o].is_finite() && p.greeks[o].iter().all(|g| g.is_finite());
+    let column = |o: usize, f: &dyn Fn(&Path) -> f64| {
+        Stat::of(
+            &per.iter()
+                .filter(|p| finite(p, o))
+                .map(f)
+                .collect::<Vec<_>>(),
+        )
+    };
     Run {
         values: (0..tape.outputs.len())
-            .map(|o| column(&|p| p.outputs[o]))
+            .map(|o| column(o, &|p| p.outputs[o]))
             .collect(),
         greeks: (0..tape.outputs.len())
             .map(|o| {
                 (0..tape.inputs.len())
-                    .map(|i| column(&|p| p.greeks[o][i]))
+                    .map(|i| column(o, &|p| p.greeks[o][i]))
                     .collect()
             })
+            .collect(),
+        non_finite: (0..tape.outputs.len())
+            .map(|o| per.iter().filter(|p| !finite(p, o)).count() as u64)
             .collect(),
     }
 }

@@ -1,0 +1,468 @@
+//! `--mode auto`: the choice between forward and reverse mode, and of checkpointing for reverse,
+//! by a cost model.
+//!
+//! Each candidate kernel's per-path work is counted on its schedule ([`Work::of`]): draws,
+//! arithmetic definitions (recomputations included), derivative terms (the live steps of tangent
+//! and adjoint statements), leaves (f64 sums) and the values it holds beyond the registers a GPU
+//! thread has (max_live over the budget; spilled to memory). A [`CostModel`] prices each count in
+//! nanoseconds per path; its weights were fitted (`scripts/fit-cost.py`) on kernel times measured
+//! side by side: [`H200`] on the H200 (CUDA, f32, 16M paths, `scripts/gpu/modes-bench.sh`),
+//! [`CPU`] on the development machine (Cranelift, f64, one thread). [`choose`] builds every
+//! candidate's schedule, prices it and takes the cheapest; `nablac explain --mode auto` prints
+//! the estimates. Guarantee: the choice is a pure function of the tape and the options.
+
+use crate::compile::{check_ranges, min_blocks, CompileError, CompileOptions};
+use crate::emit::{Mode, Target};
+use crate::ops::{Acc, Arith, Expr, Rule, Step};
+use crate::plan::SegmentOptions;
+use crate::schedule::{maxlive::max_live, Def, Schedule, ScheduleOptions, Stmt};
+use crate::verify::Verified;
+
+/// One kernel's work per path, counted on its schedule.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default, serde::Serialize)]
+pub struct Work {
+    /// Draws evaluated (a checkpointed reverse sweep evaluates each twice).
+    pub draws: u64,
+    /// Arithmetic definitions evaluated, recomputations and opaque reads included.
+    pub ops: u64,
+    /// Calls, powers and divisions evaluated, in definitions and derivative terms alike (each
+    /// costs several instructions on every target).
+    pub heavy: u64,
+    /// Tangent arithmetic (forward mode): per tangent statement of n live terms, n - 1 adds
+    /// (a term that multiplies fuses with an add) and one multiply more when every term does.
+    pub tangent_ops: u64,
+    /// The tangent terms that multiply (each one multiply more where the compiler does not
+    /// fuse it with its add: Cranelift).
+    pub tangent_multiplies: u64,
+    /// Adjoint arithmetic (reverse mode): one add or fused multiply-add per live term of an
+    /// adjoint statement (an accumulation into an adjoint).
+    pub adjoint_ops: u64,
+    /// Per-path sums the kernel reduces (f64).
+    pub leaves: u64,
+    /// The most values held at once (`schedule::maxlive`).
+    pub max_live: u32,
+    /// Of those, the ones in registers (at most the kernel's register budget): the more, the
+    /// fewer threads a GPU multiprocessor keeps resident to hide latency.
+    pub register_live: u32,
+    /// Values held beyond the kernel's register budget (GPU targets: they spill).
+    pub excess_live: u32,
+}
+
+impl Work {
+    /// The work of `schedule` (of a tape of `nodes` nodes) where a thread has `registers`
+    /// registers for values (`u32::MAX`: no limit, the CPU's stack).
+    pub fn of(schedule: &Schedule, nodes: usize, registers: u32) -> Work {
+        let mut w = Work::default();
+        schedule.walk(&mut |s| match s {
+            Stmt::Define {
+                def: Def::Rule { rule, .. },
+                ..
+            } => {
+                w.ops += 1;
+                w.heavy += heavy(&rule.value);
+            }
+            Stmt::Define {
+                def: Def::Draw { .. },
+                ..
+            } => w.draws += 1,
+            Stmt::OpaqueRead { .. } => w.ops += 1,
+            Stmt::Adjoint(a) => {
+                // Each term accumulates into an adjoint: one add, or one fused multiply-add.
+                let (terms, _, h) = live_steps(a.rule, a.to.map(|t| t.is_some()));
+                w.adjoint_ops += terms;
+                w.heavy += h;
+            }
+            Stmt::Tangent(t) => {
+                // A sum of n terms: n - 1 adds, each fused with a term's multiply, and one
+                // multiply more when every term multiplies.
+                let (terms, scaled, h) = live_steps(t.rule, t.from.map(|f| f.is_some()));
+                w.tangent_ops += terms.saturating_sub(1) + u64::from(terms > 0 && scaled == terms);
+                w.tangent_multiplies += scaled;
+                w.heavy += h;
+            }
+            Stmt::Leaves(l) => w.leaves += l.len() as u64,
+            _ => {}
+        });
+        w.max_live = max_live(schedule, nodes);
+        w.register_live = w.max_live.min(registers);
+        w.excess_live = w.max_live.saturating_sub(registers);
+        w
+    }
+}
+
+impl Work {
+    /// Register pressure: the values in registers times the definitions evaluated, / 256. A
+    /// GPU thread that holds more values leaves fewer threads resident on its multiprocessor
+    /// to hide the latency of its work (`scripts/fit-cost.py` computes the same).
+    pub fn pressure(&self) -> f64 {
+        f64::from(self.register_live) * (self.draws + self.ops) as f64 / 256.0
+    }
+}
+
+/// Calls, powers and divisions in `e`.
+fn heavy(e: &Expr) -> u64 {
+    match e {
+        Expr::A | Expr::B | Expr::C | Expr::D | Expr::Lit(_) | Expr::Nan => 0,
+        Expr::Neg(x) => heavy(x),
+        Expr::Arith(op, x, y) => u64::from(*op == Arith::Div) + heavy(x) + heavy(y),
+        Expr::Call(_, x) => 1 + heavy(x),
+        Expr::Pow(x, y) => 1 + heavy(x) + heavy(y),
+        Expr::Select(c, x, y) => heavy(c.lhs) + heavy(c.rhs) + heavy(x) + heavy(y),
+    }
+}
+
+/// The steps of `rule`'s adjoint that run when only the arguments `fed` take part: how many,
+/// how many of them multiply (their expression is not the bare derivative `D`), and their heavy
+/// operations.
+fn live_steps(rule: &Rule, fed: [bool; 2]) -> (u64, u64, u64) {
+    let acc = |a: &Acc| fed[a.arg.index()].then(|| (u64::from(a.expr != Expr::D), heavy(&a.expr)));
+    let (mut terms, mut scaled, mut h) = (0, 0, 0);
+    for step in rule.adjoint {
+        let cost = match step {
+            Step::Acc(a) => acc(a),
+            Step::If(c, a, other) => {
+                let arms = [
+                    acc(a),
+                    other.and_then(|o| match o {
+                        Step::Acc(b) => acc(b),
+                        Step::If(..) => None,
+                    }),
+                ];
+                arms.iter().any(Option::is_some).then(|| {
+                    let m = arms.iter().flatten().map(|x| x.0).max().unwrap_or(0);
+                    (
+                        m,
+                        heavy(c.lhs)
+                            + heavy(c.rhs)
+                            + arms.iter().flatten().map(|x| x.1).sum::<u64>(),
+                    )
+                })
+            }
+        };
+        if let Some((m, c)) = cost {
+            terms += 1;
+            scaled += m;
+            h += c;
+        }
+    }
+    (terms, scaled, h)
+}
+
+/// Nanoseconds per path of each unit of [`Work`] (fitted; see the module doc).
+#[derive(Copy, Clone, PartialEq, Debug, serde::Serialize)]
+pub struct CostModel {
+    /// Where the weights were measured.
+    pub name: &'static str,
+    /// False for a model without measured weights: `choose` then takes reverse mode with the
+    /// base options, and every estimate is NaN (`null` in JSON).
+    pub fitted: bool,
+    pub draw: f64,
+    pub op: f64,
+    pub heavy: f64,
+    pub tangent_op: f64,
+    pub tangent_multiply: f64,
+    pub adjoint_op: f64,
+    pub leaf: f64,
+    /// Per unit of [`Work::pressure`].
+    pub pressure: f64,
+    pub excess_live: f64,
+}
+
+impl CostModel {
+    /// Estimated nanoseconds per path of a kernel doing `w` (NaN for a model not fitted).
+    pub fn ns_per_path(&self, w: &Work) -> f64 {
+        if !self.fitted {
+            return f64::NAN;
+        }
+        self.draw * w.draws as f64
+            + self.op * w.ops as f64
+            + self.heavy * w.heavy as f64
+            + self.tangent_op * w.tangent_ops as f64
+            + self.tangent_multiply * w.tangent_multiplies as f64
+            + self.adjoint_op * w.adjoint_ops as f64
+            + self.leaf * w.leaves as f64
+            + self.pressure * w.pressure()
+            + self.excess_live * f64::from(w.excess_live)
+    }
+
+    /// The model for kernels of `target`: the H200's for the GPU targets (measured on CUDA;
+    /// OpenCL and Vulkan run the same GPU), this machine's for the CPU.
+    pub fn for_target(target: Target) -> &'static CostModel {
+        match target {
+            Target::Cpu => &CPU,
+            _ => &H200,
+        }
+    }
+}
+
+/// Fitted by `NABLAC=target/release/nablac python3 scripts/fit-cost.py --fit cuda MODES.txt` on the
+/// H200 kernel times of 2026-12-04 (BENCHMARKS.md: six tapes x price, forward, reverse default and
+/// plain, 16M paths, f32); on those tapes it picks the measured fastest of forward and reverse
+/// every time.
+pub const H200: CostModel = CostModel {
+    name: "H200 (CUDA f32, 2026-12-04)",
+    fitted: true,
+    draw: 9.8738e-04,
+    op: 3.2142e-04,
+    heavy: 1.0053e-03,
+    tangent_op: 1.0238e-04,
+    tangent_multiply: 0.0,
+    adjoint_op: 1.6150e-04,
+    leaf: 2.1954e-03,
+    pressure: 3.2235e-04,
+    excess_live: 1.2311e-02,
+};
+
+/// Not fitted yet: CPU times measured here while two other builds shared the two cores were too
+/// noisy to fit (the barrier's price measured slower than its reverse kernel), and the default
+/// CPU back end is changing (LLVM, issue 13). Reverse mode measured fastest on 6 of the 7
+/// benchmark tapes with Cranelift, so until a fit exists the CPU's choice is reverse.
+pub const CPU: CostModel = CostModel {
+    name: "CPU (not fitted: reverse)",
+    fitted: false,
+    draw: 0.0,
+    op: 0.0,
+    heavy: 0.0,
+    tangent_op: 0.0,
+    tangent_multiply: 0.0,
+    adjoint_op: 0.0,
+    leaf: 0.0,
+    pressure: 0.0,
+    excess_live: 0.0,
+};
+
+/// One candidate kernel of the automatic choice, with its work and estimated cost.
+#[derive(Clone, PartialEq, Debug, serde::Serialize)]
+pub struct Estimate {
+    /// `price` (for comparison; never chosen), `forward`, `reverse` (the default checkpoint
+    /// plan) or `reverse-plain` (one segment, where the default plan has several).
+    pub kernel: &'static str,
+    pub mode: Mode,
+    /// The segments of its plan (1: plain).
+    pub segments: u32,
+    pub work: Work,
+    pub ns_per_path: f64,
+}
+
+/// The automatic choice: the options to compile with and every estimate behind it.
+#[derive(Clone, PartialEq, Debug, serde::Serialize)]
+pub struct Choice {
+    pub model: &'static CostModel,
+    /// The chosen kernel (one of `estimates`' names).
+    pub kernel: &'static str,
+    #[serde(skip)]
+    pub options: CompileOptions,
+    pub estimates: Vec<Estimate>,
+}
+
+/// The kernel `--mode auto` compiles for `tape` with `base`'s target, precision and the rest of
+/// its options (its mode is ignored; its checkpoint options are the reverse candidate's plan):
+/// the cheapest of forward, reverse with `base`'s plan and, where that plan is checkpointed and
+/// `base` does not fix the segment count, the plain reverse kernel.
+///
+/// Errors: an option out of its range, as [`crate::compile::compile`] would refuse it.
+pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileError> {
+    check_ranges(base)?;
+    let model = CostModel::for_target(base.target);
+    let mut candidates: Vec<(&'static str, Mode, SegmentOptions)> = vec![
+        ("price", Mode::Price, base.segments),
+        ("forward", Mode::Forward, base.segments),
+        ("reverse", Mode::Reverse, base.segments),
+    ];
+    let plain = SegmentOptions {
+        segments: Some(1),
+        ..base.segments
+    };
+    if base.segments.segments.is_none() && base.target != Target::Cpu {
+        candidates.push(("reverse-plain", Mode::Reverse, plain));
+    }
+    let mut estimates = Vec::new();
+    for (kernel, mode, segments) in candidates {
+        let plan = crate::passes::plan(tape, &segments);
+        if kernel == "reverse-plain" && !plan_is_checkpointed(tape, &base.segments) {
+            continue; // the default plan is plain already
+        }
+        let opts = CompileOptions {
+            mode,
+            segments,
+            ..base.clone()
+        };
+        let schedule = Schedule::build(
+            tape,
+            &plan,
+            ScheduleOptions {
+                mode,
+                opaque_math: crate::passes::opaque_math_arguments(base.target),
+                greek_stderr: base.greek_stderr,
+            },
+        );
+        let registers = match base.target {
+            Target::Cpu => u32::MAX,
+            _ => registers(&opts, &plan),
+        };
+        let work = Work::of(&schedule, tape.len(), registers);
+        estimates.push(Estimate {
+            kernel,
+            mode,
+            segments: schedule.segments as u32,
+            ns_per_path: model.ns_per_path(&work),
+            work,
+        });
+    }
+    let best = estimates
+        .iter()
+        .filter(|e| {
+            if model.fitted {
+                e.mode != Mode::Price
+            } else {
+                e.kernel == "reverse"
+            }
+        })
+        .min_by(|a, b| a.ns_per_path.total_cmp(&b.ns_per_path))
+        .expect("forward and reverse are always candidates");
+    let options = CompileOptions {
+        mode: best.mode,
+        segments: if best.kernel == "reverse-plain" {
+            plain
+        } else {
+            base.segments
+        },
+        ..base.clone()
+    };
+    Ok(Choice {
+        model,
+        kernel: best.kernel,
+        options,
+        estimates,
+    })
+}
+
+fn plan_is_checkpointed(tape: &Verified, s: &SegmentOptions) -> bool {
+    crate::passes::plan(tape, s).segments.is_checkpointed()
+}
+
+/// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA
+/// thread addresses), or what a launch-bounds hint leaves (65536 per multiprocessor shared by
+/// `min_blocks` workgroups).
+fn registers(opts: &CompileOptions, plan: &crate::plan::Plan) -> u32 {
+    match min_blocks(opts, plan) {
+        Some(n) if n > 0 => (65536 / opts.workgroup_size.saturating_mul(n).max(1)).min(255),
+        _ => 255,
+    }
+}
+
+/// The choice as text for `nablac explain --mode auto`: the model, one line per candidate with
+/// its estimate and work, and the chosen one marked.
+pub fn choice_text(c: &Choice) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("auto mode ({}): {}\n", c.model.name, c.kernel);
+    let price = c
+        .estimates
+        .iter()
+        .find(|e| e.mode == Mode::Price)
+        .map_or(f64::NAN, |e| e.ns_per_path);
+    for e in &c.estimates {
+        let w = &e.work;
+        let estimate = if e.ns_per_path.is_nan() {
+            format!("{:>9} ns/path", "-")
+        } else {
+            format!(
+                "{:>9.3} ns/path ({:.2}x price)",
+                e.ns_per_path,
+                e.ns_per_path / price
+            )
+        };
+        let _ = writeln!(
+            s,
+            "{} {:<13} {estimate}  draws {} ops {} heavy {} tangent ops {} adjoint ops {} leaves {} max_live {} over registers {}",
+            if e.kernel == c.kernel { '*' } else { ' ' },
+            e.kernel,
+            w.draws,
+            w.ops,
+            w.heavy,
+            w.tangent_ops,
+            w.adjoint_ops,
+            w.leaves,
+            w.max_live,
+            w.excess_live
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::read_text;
+    use crate::verify::verify;
+
+    fn tape(text: &str) -> Verified {
+        verify(read_text(text.as_bytes()).unwrap()).unwrap()
+    }
+
+    /// `price = spot * exp(vol * z)`, two inputs, one draw.
+    const SMALL: &str = "nablatape 1
+%0 = input spot 100.0
+%1 = input vol 0.2
+%2 = normal 0
+%3 = mul %1 %2
+%4 = exp %3
+%5 = mul %0 %4
+output price = %5
+";
+
+    fn work(v: &Verified, mode: Mode) -> Work {
+        let s = Schedule::plain(v, ScheduleOptions::new(mode));
+        Work::of(&s, v.len(), u32::MAX)
+    }
+
+    #[test]
+    fn work_is_counted_on_the_schedule() {
+        let v = tape(SMALL);
+        let price = work(&v, Mode::Price);
+        assert_eq!(
+            (price.draws, price.ops, price.heavy, price.leaves),
+            (1, 3, 1, 3),
+            "3 rules (mul, exp, mul), 1 call (exp), leaves value, its square, non-finite count"
+        );
+        assert_eq!((price.tangent_ops, price.adjoint_ops), (0, 0));
+        // Forward, 2 directions: t3_vol = z (1 multiply); t4_vol = t3 * v4 (1); t5_spot = v4
+        // (1: a literal 1 times v4), t5_vol = t4 * spot (1). Leaves: the price's 3 and each
+        // Greek with its square.
+        let fwd = work(&v, Mode::Forward);
+        assert_eq!((fwd.tangent_ops, fwd.adjoint_ops, fwd.leaves), (4, 0, 7));
+        // Reverse: d5 feeds spot and v4 (2 terms), exp feeds v3 (1), mul feeds vol (1).
+        let rev = work(&v, Mode::Reverse);
+        assert_eq!((rev.tangent_ops, rev.adjoint_ops, rev.leaves), (0, 4, 7));
+        assert_eq!(rev.max_live, crate::passes::max_live_plain(&v));
+        assert_eq!(rev.excess_live, 0);
+        let tight = Work::of(
+            &Schedule::plain(&v, ScheduleOptions::new(Mode::Reverse)),
+            v.len(),
+            1,
+        );
+        assert_eq!(tight.excess_live, rev.max_live - 1);
+        assert_eq!(tight.register_live, 1);
+    }
+
+    #[test]
+    fn the_choice_is_the_cheapest_estimate_and_its_options_compile_it() {
+        // Without a fitted model (the CPU's today) the choice is reverse mode.
+        let c = choose(&tape(SMALL), &CompileOptions::new(Target::Cpu)).unwrap();
+        assert_eq!((c.kernel, c.options.mode), ("reverse", Mode::Reverse));
+        assert!(c.estimates.iter().all(|e| e.ns_per_path.is_nan()));
+        for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
+            let c = choose(&tape(SMALL), &CompileOptions::new(target)).unwrap();
+            let best = c
+                .estimates
+                .iter()
+                .filter(|e| e.mode != Mode::Price)
+                .map(|e| e.ns_per_path)
+                .fold(f64::INFINITY, f64::min);
+            let chosen = c.estimates.iter().find(|e| e.kernel == c.kernel).unwrap();
+            assert_eq!(chosen.ns_per_path, best);
+            assert_eq!(c.options.mode, chosen.mode);
+            assert!(c.estimates.iter().all(|e| e.ns_per_path > 0.0), "{c:?}");
+        }
+    }
+}
