@@ -81,22 +81,20 @@ def cpu_seconds(args):
 
 
 def measure_cpu(out, paths_per_run):
-    """Per kernel, the CPU time of `nablac run --threads 1` at 5 and 1 times `paths_per_run`
-    paths, best of 3 each; the difference is the kernel's time for 4 x paths_per_run paths with
-    the fixed costs (reading the tape, compiling, the JIT) taken out."""
+    """Per kernel, `nablac run --threads 1 --json`'s timings.run (the run alone: compiling and
+    the JIT are `load`), best of 3, at `paths_per_run` paths. Run it on a quiet machine."""
     d = tempfile.mkdtemp()
-    n = 4 * paths_per_run
     with open(out, "w") as f:
-        f.write(f"== f64 on cpu (Cranelift), one thread, {n} paths: CPU time at 5x minus 1x "
-                f"{paths_per_run} paths of `nablac run --threads 1`, best of 3 each\n")
+        f.write(f"== f64 on cpu (the default CPU back end), one thread, {paths_per_run} paths: "
+                f"timings.run of `nablac run --threads 1 --json`, best of 3\n")
         for name, tape in write_tapes(d).items():
             for kernel in ["price", "reverse", "forward"]:
-                t = []
-                for p in (paths_per_run, 5 * paths_per_run):
-                    args = [NABLAC, "run", tape, "--target", "cpu", "--mode", kernel, "--threads", "1",
-                            "--paths", str(p)]
-                    t.append(min(cpu_seconds(args) for _ in range(3)))
-                line = f"{name} paths={n} {kernel} {(t[1] - t[0]) * 1e3:.3f} ms"
+                args = [NABLAC, "run", tape, "--target", "cpu", "--mode", kernel, "--threads", "1",
+                        "--paths", str(paths_per_run), "--json"]
+                best = min(json.loads(subprocess.run(args, check=True, capture_output=True,
+                                                     text=True).stdout)["timings"]["run"]
+                           for _ in range(3))
+                line = f"{name} paths={paths_per_run} {kernel} {best * 1e3:.3f} ms"
                 print(line, flush=True)
                 f.write(line + "\n")
 
