@@ -344,13 +344,7 @@ impl Device {
             gpu::plan_dispatches(m.workgroup_size, paths, &range, gpu::MAX_PATHS_PER_DISPATCH)?;
         let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());
         let b = &mut *buffers;
-        let n_sums = m.sums.len();
-        let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
-        if b.host.len() < total {
-            b.host = vec![0.0; total];
-        }
-        let host = &mut b.host[..];
-        let mut at = 0;
+        let (partials, scratch) = (&mut b.partials, &mut b.scratch);
         match m.precision {
             Precision::F32 => {
                 let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
@@ -358,42 +352,36 @@ impl Device {
                     .stream
                     .clone_htod(&v[..])
                     .map_err(|e| self.err("cuMemcpyHtoD", e))?;
-                for &d in &dispatches {
-                    let n = d.groups as usize * n_sums;
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
                     self.launch(
                         k,
-                        (&mut b.partials, &mut b.scratch),
+                        (&mut *partials, &mut *scratch),
                         &dev,
                         d,
                         paths,
                         seed,
-                        &mut host[at..at + n],
-                    )?;
-                    at += n;
-                }
+                        out,
+                    )
+                })
             }
             Precision::F64 => {
                 let dev = self
                     .stream
                     .clone_htod(inputs)
                     .map_err(|e| self.err("cuMemcpyHtoD", e))?;
-                for &d in &dispatches {
-                    let n = d.groups as usize * n_sums;
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
                     self.launch(
                         k,
-                        (&mut b.partials, &mut b.scratch),
+                        (&mut *partials, &mut *scratch),
                         &dev,
                         d,
                         paths,
                         seed,
-                        &mut host[at..at + n],
-                    )?;
-                    at += n;
-                }
+                        out,
+                    )
+                })
             }
         }
-        k.clock
-            .assemble(|| gpu::assemble_rows(m, paths, &dispatches, &mut host[..total]))
     }
 
     /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s).

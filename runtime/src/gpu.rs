@@ -307,6 +307,31 @@ pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuEr
     })
 }
 
+/// Runs `launch` on each of `dispatches` in order, each filling its rows (`groups * n_sums`
+/// f64s) of the host table `table` (grown to fit, never shrunk), then [`assemble_rows`] sums the
+/// table in place. The one loop the CUDA and OpenCL backends share.
+pub fn run_dispatches(
+    manifest: &Manifest,
+    paths: u64,
+    dispatches: &[Dispatch],
+    table: &mut Vec<f64>,
+    clock: &Clock,
+    mut launch: impl FnMut(Dispatch, &mut [f64]) -> Result<(), GpuError>,
+) -> Result<Vec<PartialSums>, GpuError> {
+    let n_sums = manifest.sums.len();
+    let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
+    if table.len() < total {
+        *table = vec![0.0; total];
+    }
+    let mut at = 0;
+    for &d in dispatches {
+        let n = d.groups as usize * n_sums;
+        launch(d, &mut table[at..at + n])?;
+        at += n;
+    }
+    clock.assemble(|| assemble_rows(manifest, paths, dispatches, &mut table[..total]))
+}
+
 /// Turns each dispatch's partials (`groups * n_sums` f64s) into one `PartialSums` per sum.
 pub fn assemble(
     manifest: &Manifest,

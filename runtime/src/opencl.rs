@@ -347,49 +347,22 @@ impl Device {
         let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, self.max_paths(m))?;
         let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());
         let b = &mut *buffers;
-        let n_sums = m.sums.len();
-        let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
-        if b.host.len() < total {
-            b.host = vec![0.0; total];
-        }
-        let mut at = 0;
+        let partials = &mut b.partials;
         match m.precision {
             Precision::F32 => {
                 let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
                 let buf = self.upload(&v)?;
-                for &d in &dispatches {
-                    let n = d.groups as usize * n_sums;
-                    self.launch::<f32>(
-                        k,
-                        &mut b.partials,
-                        &buf,
-                        d,
-                        paths,
-                        seed,
-                        &mut b.host[at..at + n],
-                    )?;
-                    at += n;
-                }
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
+                    self.launch::<f32>(k, &mut *partials, &buf, d, paths, seed, out)
+                })
             }
             Precision::F64 => {
                 let buf = self.upload(inputs)?;
-                for &d in &dispatches {
-                    let n = d.groups as usize * n_sums;
-                    self.launch::<f64>(
-                        k,
-                        &mut b.partials,
-                        &buf,
-                        d,
-                        paths,
-                        seed,
-                        &mut b.host[at..at + n],
-                    )?;
-                    at += n;
-                }
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
+                    self.launch::<f64>(k, &mut *partials, &buf, d, paths, seed, out)
+                })
             }
         }
-        k.clock
-            .assemble(|| gpu::assemble_rows(m, paths, &dispatches, &mut b.host[..total]))
     }
 
     fn zeros<T: Copy + Default>(
