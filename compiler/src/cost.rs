@@ -265,24 +265,28 @@ pub struct Choice {
 pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileError> {
     check_ranges(base)?;
     let model = CostModel::for_target(base.target);
-    let mut candidates: Vec<(&'static str, Mode, SegmentOptions)> = vec![
-        ("price", Mode::Price, base.segments),
-        ("forward", Mode::Forward, base.segments),
-        ("reverse", Mode::Reverse, base.segments),
-    ];
+    // One plan for the base options (price and forward kernels ignore it), and the plain one
+    // where the base plan is checkpointed and its segment count is not fixed.
+    let base_plan = crate::passes::plan(tape, &base.segments);
     let plain = SegmentOptions {
         segments: Some(1),
         ..base.segments
     };
-    if base.segments.segments.is_none() && base.target != Target::Cpu {
-        candidates.push(("reverse-plain", Mode::Reverse, plain));
+    let mut candidates: Vec<(&'static str, Mode, SegmentOptions, &crate::plan::Plan)> = vec![
+        ("price", Mode::Price, base.segments, &base_plan),
+        ("forward", Mode::Forward, base.segments, &base_plan),
+        ("reverse", Mode::Reverse, base.segments, &base_plan),
+    ];
+    let plain_plan;
+    if base.segments.segments.is_none()
+        && base.target != Target::Cpu
+        && base_plan.segments.is_checkpointed()
+    {
+        plain_plan = crate::passes::plan(tape, &plain);
+        candidates.push(("reverse-plain", Mode::Reverse, plain, &plain_plan));
     }
     let mut estimates = Vec::new();
-    for (kernel, mode, segments) in candidates {
-        let plan = crate::passes::plan(tape, &segments);
-        if kernel == "reverse-plain" && !plan_is_checkpointed(tape, &base.segments) {
-            continue; // the default plan is plain already
-        }
+    for (kernel, mode, segments, plan) in candidates {
         let opts = CompileOptions {
             mode,
             segments,
@@ -290,7 +294,7 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
         };
         let schedule = Schedule::build(
             tape,
-            &plan,
+            plan,
             ScheduleOptions {
                 mode,
                 opaque_math: crate::passes::opaque_math_arguments(base.target),
@@ -299,7 +303,7 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
         );
         let registers = match base.target {
             Target::Cpu => u32::MAX,
-            _ => registers(&opts, &plan),
+            _ => registers(&opts, plan),
         };
         let work = Work::of(&schedule, tape.len(), registers);
         estimates.push(Estimate {
@@ -336,10 +340,6 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
         options,
         estimates,
     })
-}
-
-fn plan_is_checkpointed(tape: &Verified, s: &SegmentOptions) -> bool {
-    crate::passes::plan(tape, s).segments.is_checkpointed()
 }
 
 /// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA
