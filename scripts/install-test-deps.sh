@@ -5,8 +5,8 @@
 #   Vulkan  : Mesa lavapipe (CPU ICD) + the loader + headers + vulkaninfo
 #   GLSL    : glslangValidator (glslang-tools) and spirv-val (spirv-tools)
 #   CUDA    : NVRTC (libnvrtc.so.12) and ptxas from NVIDIA's pip wheels, into .tools/cuda
-#   LLVM 14 : llvm-14-dev, for the `llvm` feature (the vectorised CPU back end, on by default in the
-#             nablac binary); linked dynamically, so libpolly-14-dev is not needed
+#   LLVM 14 : llvm-14-dev and libpolly-14-dev, for the `llvm` feature (the vectorised CPU back end,
+#             on by default in the nablac binary), linked statically (README.md says why)
 # and writes .tools/env.sh (source it) exporting NABLAC_NVRTC, NABLAC_PTXAS and LD_LIBRARY_PATH.
 #
 # Idempotent: a second run installs nothing and takes about a second. `apt-get update` runs
@@ -31,7 +31,7 @@ APT_PKGS=(
   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo
   mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-tools
   glslang-tools spirv-tools
-  llvm-14-dev
+  llvm-14-dev libpolly-14-dev
 )
 
 log() { printf '[install-test-deps] %s\n' "$*"; }

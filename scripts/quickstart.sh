@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "error: cargo not found: install Rust (rustup.rs) first" >&2; exit 1; }
 # The binary's LLVM CPU back end builds against LLVM 14 (.cargo/config.toml points llvm-sys at it).
-if [ ! -x /usr/lib/llvm-14/bin/llvm-config ]; then
-  echo "error: LLVM 14 not found: apt-get install llvm-14-dev (or build without it:" \
+if [ ! -x /usr/lib/llvm-14/bin/llvm-config ] || [ ! -e /usr/lib/llvm-14/lib/libPolly.a ]; then
+  echo "error: LLVM 14 not found: apt-get install llvm-14-dev libpolly-14-dev (or build without it:" \
     "cargo build --release -p nablac-cli --no-default-features)" >&2
   exit 1
 fi
