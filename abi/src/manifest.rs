@@ -125,6 +125,17 @@ pub struct Manifest {
     pub precision: Precision,
     /// Input names, in the order of the inputs buffer (and of each output's Greeks).
     pub inputs: Vec<String>,
+    /// Markets per dispatch (a fused ladder; 1 otherwise, and then not written): the inputs
+    /// buffer holds `markets` rows of `inputs` (market m's input i at `m * inputs.len() + i`),
+    /// then `markets` blocks of `shifts`; a row of sums is `markets` blocks of `sums` (market m's
+    /// sum s at `m * sums.len() + s`). Each market's sums have the bits of a one-market kernel's.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub markets: u32,
+    /// The inputs that may differ between the markets of one dispatch (input order); the others
+    /// are read from market 0's row, so a host gives one value for the whole group. Empty (and
+    /// not written) for a one-market kernel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ladder_inputs: Vec<String>,
     /// The values the tape was recorded at: the default market.
     pub input_defaults: Vec<f64>,
     pub outputs: Vec<String>,
@@ -173,7 +184,28 @@ pub struct Manifest {
     pub fingerprint: String,
 }
 
+/// The most markets one kernel may fuse (`Manifest::markets`).
+pub const MAX_MARKETS: u32 = 64;
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
 impl Manifest {
+    /// f64 values one path (CPU) or one group (GPU partials) writes: `markets` blocks of `sums`.
+    pub fn row_len(&self) -> usize {
+        self.markets.max(1) as usize * self.sums.len()
+    }
+
+    /// Values in the inputs buffer: `markets` rows of `inputs`, then `markets` blocks of `shifts`.
+    pub fn inputs_len(&self) -> usize {
+        self.markets.max(1) as usize * (self.inputs.len() + self.shifts.len())
+    }
+
     /// The fingerprint of `source` under this manifest: SHA-256 over the source's bytes, a zero
     /// byte, and the manifest's JSON (fields in declaration order) with `fingerprint` empty.
     pub fn fingerprint_of(&self, source: &str) -> String {
@@ -208,6 +240,8 @@ impl Manifest {
             mode: Mode::Price,
             precision,
             inputs: inputs.iter().map(|(n, _)| n.to_string()).collect(),
+            markets: 1,
+            ladder_inputs: Vec::new(),
             input_defaults: inputs.iter().map(|(_, v)| *v).collect(),
             outputs: outputs.iter().map(|o| o.to_string()).collect(),
             params: gpu_params(target, precision, sums.len(), None),

@@ -32,6 +32,8 @@ pub struct CompileOptions {
     /// Sum the Greeks' squares, for their standard errors (on by default on every target; price
     /// kernels have no Greeks and ignore it).
     pub greek_stderr: bool,
+    /// Fuse several markets into one kernel (`crate::ladder`); `None`: one market.
+    pub ladder: Option<crate::ladder::LadderSpec>,
 }
 
 /// The CPU code's back end: Cranelift (CLIF text, scalar, one path at a time; the reference) or
@@ -106,6 +108,7 @@ impl CompileOptions {
             min_blocks: None,
             cpu_backend: CpuBackend::Cranelift,
             greek_stderr: true,
+            ladder: None,
         }
     }
 }
@@ -137,6 +140,8 @@ pub enum CompileError {
     },
     #[error(transparent)]
     Emit(#[from] EmitError),
+    #[error(transparent)]
+    Ladder(#[from] crate::ladder::LadderError),
     #[error(transparent)]
     Clif(#[from] ClifError),
     #[cfg(feature = "llvm")]
@@ -179,9 +184,18 @@ pub(crate) fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
     Ok(())
 }
 
-/// Plans the verified tape `tape` and emits its kernel (see the module doc).
+/// Plans the verified tape `tape` and emits its kernel (see the module doc); with a ladder, the
+/// kernel of its laddered tape (`crate::ladder::expand`).
 pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     check_ranges(opts)?;
+    let laddered;
+    let tape = match &opts.ladder {
+        Some(spec) if spec.markets != 1 => {
+            laddered = crate::ladder::expand(tape, spec)?;
+            &laddered
+        }
+        _ => tape,
+    };
     let refuse = |option, why| {
         Err(CompileError::NotForTarget {
             option,

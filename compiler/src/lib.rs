@@ -15,6 +15,7 @@ pub mod corpus;
 pub mod cost;
 pub mod emit;
 pub mod format;
+pub mod ladder;
 #[cfg(feature = "llvm")]
 pub mod llvm;
 pub mod ops;

@@ -32,6 +32,9 @@ use std::collections::BTreeMap;
 pub struct Verified {
     tape: Tape,
     info: TapeInfo,
+    /// The ladder a laddered tape was expanded under (`crate::ladder::expand`); `None` for a
+    /// one-market tape.
+    ladder: Option<Box<crate::ladder::Ladder>>,
 }
 
 impl Verified {
@@ -43,6 +46,28 @@ impl Verified {
     /// Its facts.
     pub fn info(&self) -> &TapeInfo {
         &self.info
+    }
+
+    /// How this tape maps onto its one-market tape, if it is a laddered one.
+    pub fn ladder(&self) -> Option<&crate::ladder::Ladder> {
+        self.ladder.as_deref()
+    }
+
+    /// The number of markets a kernel of this tape takes (1 unless laddered).
+    pub fn markets(&self) -> u32 {
+        self.ladder.as_ref().map_or(1, |l| l.markets)
+    }
+
+    /// The tape whose names, defaults and hash a host sees: the one-market tape of a laddered
+    /// tape, else this one.
+    pub fn base(&self) -> &Tape {
+        self.ladder.as_ref().map_or(&self.tape, |l| &l.base)
+    }
+
+    /// This laddered tape, remembering `ladder` (only `ladder::expand` calls it).
+    pub(crate) fn with_ladder(mut self, ladder: crate::ladder::Ladder) -> Verified {
+        self.ladder = Some(Box::new(ladder));
+        self
     }
 
     /// The tape back, giving up the proof.
@@ -463,7 +488,11 @@ pub fn verify(tape: Tape) -> Result<Verified, VerifyError> {
         activity: passes::activity(&tape),
         liveness: passes::liveness(&tape),
     };
-    Ok(Verified { tape, info })
+    Ok(Verified {
+        tape,
+        info,
+        ladder: None,
+    })
 }
 
 /// Lines of context printed before and after the marked statement.

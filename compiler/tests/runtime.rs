@@ -21,6 +21,7 @@ mod definition;
 use definition::Variates;
 use nablac::compile::{compile, CompileOptions};
 use nablac::emit::{EmitError, Mode, Precision, Target};
+use nablac::ladder::LadderSpec;
 use nablac::plan::Checkpoint;
 use nablac::products::{record, Market, Options, Product};
 use nablac::tape::Tape;
@@ -100,6 +101,17 @@ impl Config {
 /// Compiles and loads `tape` with `c` on `backend`; `None` where the target cannot have it (the
 /// scratch strategy outside cuda and opencl, f64 transcendentals in GLSL).
 fn kernel(target: Target, backend: &Backend, tape: &Tape, c: Config) -> Option<LoadedKernel> {
+    kernel_of(target, backend, tape, c, None)
+}
+
+/// [`kernel`], fusing the markets of `ladder` when given.
+fn kernel_of(
+    target: Target,
+    backend: &Backend,
+    tape: &Tape,
+    c: Config,
+    ladder: Option<LadderSpec>,
+) -> Option<LoadedKernel> {
     if c.strategy == Checkpoint::Scratch && !matches!(target, Target::Cuda | Target::Opencl) {
         return None;
     }
@@ -108,6 +120,7 @@ fn kernel(target: Target, backend: &Backend, tape: &Tape, c: Config) -> Option<L
     o.mode = c.mode;
     o.segments.strategy = c.strategy;
     o.segments.segments = Some(c.segments);
+    o.ladder = ladder;
     let tape = nablac::verify::verify(tape.clone()).expect("the tests' tapes are valid");
     let k = match compile(&tape, &o) {
         Ok(k) => k,
@@ -449,6 +462,85 @@ fn forward_equals_reverse_on_the_corpus() {
                             fg.1,
                             rg.1
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Fused ladders (issue 11, point 4): each market of a fused kernel has exactly the bits of a
+/// one-market run of the same tape, seed and paths, in every mode (price, forward, plain and
+/// checkpointed reverse), f32 and f64, whether one input or every input varies, with a last
+/// group that is padded (5 markets through a kernel of 2).
+#[test]
+fn each_market_of_a_fused_ladder_has_the_bits_of_a_single_run() {
+    let paths = 3000; // not a multiple of the workgroup: the tail is padded too
+    let cases: Vec<(String, Tape)> = std::iter::once(("asian16".to_string(), asian(16)))
+        .chain(corpus().into_iter().map(|c| (c.name, c.tape.into_tape())))
+        .collect();
+    let configs = [
+        Config::plain(Precision::F64, Mode::Price),
+        Config::plain(Precision::F32, Mode::Forward),
+        Config::plain(Precision::F64, Mode::Forward),
+        Config::plain(Precision::F32, Mode::Reverse),
+        Config::plain(Precision::F64, Mode::Reverse),
+        Config {
+            precision: Precision::F32,
+            mode: Mode::Reverse,
+            strategy: Checkpoint::Registers,
+            segments: 3,
+        },
+    ];
+    for (target, backend) in backends() {
+        let cpu = target == Target::Cpu;
+        for (name, tape) in &cases {
+            // Drivers' compilers are slow on the CPU: every case and ladder on the cpu; elsewhere
+            // a one-input ladder of the Asian and an all-input ladder of the portfolio (three
+            // outputs), f32, one kernel per mode.
+            let n = tape.inputs.len();
+            let ladders: Vec<Vec<bool>> = match (cpu, name.as_str()) {
+                (true, _) => vec![vec![true; n], (0..n).map(|i| i == 0).collect()],
+                (false, "asian16") => vec![(0..n).map(|i| i == 0).collect()],
+                (false, "portfolio") => vec![vec![true; n]],
+                _ => continue,
+            };
+            let base: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
+            for c in configs {
+                if !cpu
+                    && (c.precision == Precision::F64 || c.mode == Mode::Reverse && c.segments == 1)
+                {
+                    continue;
+                }
+                let Some(single) = kernel(target, &backend, tape, c) else {
+                    continue;
+                };
+                for varying in &ladders {
+                    let markets: Vec<Vec<f64>> = (0..5)
+                        .map(|k| {
+                            base.iter()
+                                .zip(varying)
+                                .map(|(&x, &v)| if v { x * (1.0 + 0.05 * k as f64) } else { x })
+                                .collect()
+                        })
+                        .collect();
+                    let spec = LadderSpec {
+                        markets: 2,
+                        varying: varying.clone(),
+                    };
+                    let what = format!(
+                        "{} {name} {} varying {varying:?}",
+                        backend_name(target),
+                        c.label(),
+                    );
+                    let fused = kernel_of(target, &backend, tape, c, Some(spec))
+                        .unwrap_or_else(|| panic!("{what}: no fused kernel"));
+                    assert_eq!(fused.manifest().markets, 2, "{what}");
+                    let got = run_with(&backend, &fused, &markets, paths, None);
+                    assert_eq!(got.len(), markets.len(), "{what}");
+                    for (k, market) in markets.iter().enumerate() {
+                        let want = run1(&backend, &single, market, paths);
+                        assert_eq!(bits(&got[k]), bits(&want), "{what}: market {k}");
                     }
                 }
             }

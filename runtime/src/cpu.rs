@@ -44,8 +44,8 @@ pub fn entry_signature() -> Signature {
     abi
 }
 
-/// The f64 values one path writes for `manifest`: `manifest.sums.len()`, checked against its
-/// mode, inputs and outputs.
+/// The f64 values one path writes for `manifest`: `manifest.row_len()` (every market's sums),
+/// checked against its mode, inputs and outputs.
 pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
     if manifest.input_defaults.len() != manifest.inputs.len() || manifest.outputs.is_empty() {
         return Err(RuntimeError::Manifest(format!(
@@ -56,7 +56,14 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
         )));
     }
     manifest.layout().map_err(RuntimeError::Manifest)?;
-    Ok(manifest.sums.len())
+    let max = crate::manifest::MAX_MARKETS;
+    if manifest.markets == 0 || manifest.markets > max {
+        return Err(RuntimeError::Manifest(format!(
+            "markets {} (1 ..= {max})",
+            manifest.markets
+        )));
+    }
+    Ok(manifest.row_len())
 }
 
 /// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it;
@@ -94,8 +101,8 @@ fn load_llvm(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError
         _llvm: Some(jit),
         entry,
         precision: manifest.precision,
-        n_inputs: manifest.inputs.len(),
-        n_shifts: manifest.shifts.len(),
+        n_inputs: manifest.markets as usize * manifest.inputs.len(),
+        n_shifts: manifest.markets as usize * manifest.shifts.len(),
         row,
     })
 }
@@ -194,7 +201,7 @@ pub struct Compiled {
     entry: Entry,
     precision: Precision,
     n_inputs: usize,
-    /// Values after the market in the inputs buffer (`manifest.shifts`).
+    /// Values after the markets in the inputs buffer (`markets` blocks of `manifest.shifts`).
     n_shifts: usize,
     row: usize,
 }
@@ -232,8 +239,8 @@ fn bad(what: impl Into<String>) -> RuntimeError {
 /// broken rule; never panics on a malformed function.
 pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
     check_cpu_target(manifest)?;
-    let n_inputs = manifest.inputs.len();
     let row = row_len(manifest)?;
+    let n_inputs = manifest.markets as usize * manifest.inputs.len();
     let ty = match manifest.precision {
         Precision::F64 => types::F64,
         Precision::F32 => types::F32,
@@ -347,7 +354,7 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
         entry,
         precision: manifest.precision,
         n_inputs,
-        n_shifts: manifest.shifts.len(),
+        n_shifts: manifest.markets as usize * manifest.shifts.len(),
         row,
     })
 }

@@ -276,18 +276,16 @@ pub fn push_constants(
     Ok(bytes)
 }
 
-/// The inputs buffer's values: the market then the shifts (`manifest.shifts`), given whole or
-/// as the market alone (the shifts then 0); fails on any other length.
+/// The inputs buffer's values: the markets then the shifts (`Manifest::inputs_len`), given whole
+/// or as the markets alone (the shifts then 0); fails on any other length.
 pub fn input_values(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<f64>, GpuError> {
-    let (n, full) = (
-        manifest.inputs.len(),
-        manifest.inputs.len() + manifest.shifts.len(),
-    );
+    let markets = manifest.markets as usize;
+    let (n, full) = (markets * manifest.inputs.len(), manifest.inputs_len());
     if inputs.len() != n && inputs.len() != full {
         return Err(GpuError::Launch(format!(
-            "{} input values for the kernel's {n} inputs and {} shifts",
+            "{} input values for the kernel's {n} market values and {} shifts",
             inputs.len(),
-            manifest.shifts.len()
+            full - n
         )));
     }
     let mut v = inputs.to_vec();
@@ -318,7 +316,7 @@ pub fn run_dispatches(
     clock: &Clock,
     mut launch: impl FnMut(Dispatch, &mut [f64]) -> Result<(), GpuError>,
 ) -> Result<Vec<PartialSums>, GpuError> {
-    let n_sums = manifest.sums.len();
+    let n_sums = manifest.row_len();
     let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
     if table.len() < total {
         *table = vec![0.0; total];
@@ -338,7 +336,7 @@ pub fn assemble(
     paths: u64,
     parts: Vec<(Dispatch, Vec<f64>)>,
 ) -> Result<Vec<PartialSums>, GpuError> {
-    let n_sums = manifest.sums.len();
+    let n_sums = manifest.row_len();
     for (d, partials) in &parts {
         if partials.len() != d.groups as usize * n_sums {
             return Err(GpuError::Launch(format!(
@@ -367,7 +365,7 @@ pub fn assemble_rows(
     dispatches: &[Dispatch],
     rows: &mut [f64],
 ) -> Result<Vec<PartialSums>, GpuError> {
-    let n_sums = manifest.sums.len();
+    let n_sums = manifest.row_len();
     let wg = manifest.workgroup_size as u64;
     let log2 = wg
         .trailing_zeros()
@@ -620,7 +618,7 @@ mod tests {
         // 20,000 groups (the parallel path) in three dispatches; the same blocks merged one by
         // one give the same bits.
         let m = manifest(crate::manifest::Target::Cuda, false);
-        let (wg, n_sums) = (m.workgroup_size as u64, m.sums.len());
+        let (wg, n_sums) = (m.workgroup_size as u64, m.row_len());
         let paths = 20_000 * wg - 77;
         let mut parts = Vec::new();
         let mut base = 0;

@@ -276,8 +276,11 @@ impl Backend {
     }
 
     /// Runs `paths` paths of `kernel` under `seed` at each market (one input vector each, in
-    /// `manifest.inputs` order) and returns one report per market, in order. The bits depend only
-    /// on kernel, market, paths and seed (see the crate doc).
+    /// `manifest.inputs` order) and returns one report per market, in order. A kernel of M
+    /// markets (`manifest.markets`, a fused ladder) runs them M at a time, the last group padded
+    /// with copies of its last market; the markets of one group must agree on every input outside
+    /// `manifest.ladder_inputs`. The bits of each report depend only on kernel, market, paths and
+    /// seed (see the crate doc), whatever the grouping.
     pub fn run(
         &self,
         kernel: &LoadedKernel,
@@ -290,11 +293,21 @@ impl Backend {
             return Err(ReportError::NoPaths.into());
         }
         check_options(opts)?;
-        let mut reports = Vec::with_capacity(markets.len());
         for (mi, market) in markets.iter().enumerate() {
             self.check_market(kernel, mi, market)?;
-            let shifts = self.shifts(kernel, market, seed, opts)?;
-            let inputs: Vec<f64> = market.iter().chain(&shifts).copied().collect();
+        }
+        let m = &kernel.manifest;
+        let fused = m.markets.max(1) as usize;
+        let mut reports = Vec::with_capacity(markets.len());
+        for (g, group) in markets.chunks(fused).enumerate() {
+            let first = g * fused;
+            let mut values: Vec<f64> = group.iter().flatten().copied().collect();
+            for _ in group.len()..fused {
+                values.extend_from_slice(&group[group.len() - 1]);
+            }
+            check_group(m, first, &values)?;
+            let shifts = self.shifts_of_group(kernel, &values, seed, opts)?;
+            let inputs: Vec<f64> = values.iter().chain(&shifts).copied().collect();
             let sums = self.tiled_sums(
                 kernel,
                 &inputs,
@@ -302,17 +315,56 @@ impl Backend {
                 paths,
                 0..paths,
                 opts,
-                (mi, markets.len()),
+                (first, markets.len()),
             )?;
-            reports.push(self.report(kernel, &sums, &shifts)?);
+            let mut group_reports = self.reports(kernel, &sums, &shifts)?;
+            group_reports.truncate(group.len());
+            reports.extend(group_reports);
         }
         Ok(reports)
+    }
+
+    /// The markets of one dispatch as the inputs buffer holds them: `market` is one market
+    /// (given to every market of the kernel) or `manifest.markets` of them one after the other;
+    /// checked as [`Backend::run`] checks them.
+    fn group_values(
+        &self,
+        kernel: &LoadedKernel,
+        market: &[f64],
+    ) -> Result<Vec<f64>, RuntimeError> {
+        let m = &kernel.manifest;
+        let (n, fused) = (m.inputs.len(), m.markets.max(1) as usize);
+        let values = if market.len() == n {
+            market.repeat(fused)
+        } else if market.len() == n * fused {
+            market.to_vec()
+        } else {
+            return Err(RuntimeError::Market {
+                market: 0,
+                problem: format!(
+                    "{} values for {n} inputs{}",
+                    market.len(),
+                    if fused > 1 {
+                        format!(" (or {} for the kernel's {fused} markets)", n * fused)
+                    } else {
+                        String::new()
+                    }
+                ),
+            });
+        };
+        for (k, one) in values.chunks(n.max(1)).enumerate() {
+            self.check_market(kernel, k, one)?;
+        }
+        check_group(m, 0, &values)?;
+        Ok(values)
     }
 
     /// The shifts the kernel takes its squares about at `market` under `seed`
     /// (`manifest.shifts`, TAPE-FORMAT.md, Results): path 0's leaves of the sums they name, from
     /// one run of path 0 alone with every shift 0 (a leaf is 0 where path 0 is non-finite, so a
     /// shift is always finite). Deterministic: every host that splits a run computes the same.
+    /// `market`: one market, or all of a fused kernel's markets (`manifest.markets` blocks of
+    /// shifts come back, market by market).
     pub fn shifts(
         &self,
         kernel: &LoadedKernel,
@@ -320,35 +372,48 @@ impl Backend {
         seed: u64,
         opts: &RunOptions,
     ) -> Result<Vec<f64>, RuntimeError> {
+        let values = self.group_values(kernel, market)?;
+        self.shifts_of_group(kernel, &values, seed, opts)
+    }
+
+    fn shifts_of_group(
+        &self,
+        kernel: &LoadedKernel,
+        values: &[f64],
+        seed: u64,
+        opts: &RunOptions,
+    ) -> Result<Vec<f64>, RuntimeError> {
         let m = &kernel.manifest;
         if m.shifts.is_empty() {
             return Ok(Vec::new());
         }
-        self.check_market(kernel, 0, market)?;
         let quiet = RunOptions {
             progress: None,
             ..*opts
         };
-        let path0 = self.sums_of(kernel, market, seed, 1, 0..1, &quiet, (0, 1))?;
-        m.shifts
-            .iter()
-            .map(|name| {
+        let path0 = self.sums_of(kernel, values, seed, 1, 0..1, &quiet, (0, 1))?;
+        let width = m.sums.len();
+        let mut shifts = Vec::with_capacity(m.markets as usize * m.shifts.len());
+        for block in path0.chunks(width) {
+            for name in &m.shifts {
                 let s =
                     m.sums.iter().position(|x| x == name).ok_or_else(|| {
                         RuntimeError::Manifest(format!("shift {name} names no sum"))
                     })?;
-                let x = path0[s].total()?;
+                let x = block[s].total()?;
                 // What the kernel reads: the value in its precision (a leaf already is one).
-                Ok(match m.precision {
+                shifts.push(match m.precision {
                     Precision::F32 => f64::from(x as f32),
                     Precision::F64 => x,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        Ok(shifts)
     }
 
-    /// The partial sums (one per `manifest.sums` entry) of paths `range` of a `paths`-path run
-    /// at `market` under `seed`, the squares about `shifts` ([`Backend::shifts`] of the same
+    /// The partial sums (one per entry of a row: `manifest.sums`, each market's in turn for a
+    /// fused kernel) of paths `range` of a `paths`-path run at `market` (one market, or all of a
+    /// fused kernel's) under `seed`, the squares about `shifts` ([`Backend::shifts`] of the same
     /// market and seed): `range.start` a multiple of 1024, `range.end` one too or `paths`.
     /// Merging the sums of ranges that tile `0..paths`, in any order and grouping, gives the bits
     /// of [`Backend::run`] (this is how a run is split across devices or machines).
@@ -364,7 +429,7 @@ impl Backend {
         opts: &RunOptions,
     ) -> Result<Vec<PartialSums>, RuntimeError> {
         check_options(opts)?;
-        self.check_market(kernel, 0, market)?;
+        let values = self.group_values(kernel, market)?;
         if range.start >= range.end
             || range.end > paths
             || !range.start.is_multiple_of(PATH_ALIGN)
@@ -375,14 +440,15 @@ impl Backend {
                  and start (and end, unless at the run's end) at a multiple of {PATH_ALIGN}"
             )));
         }
-        if shifts.len() != kernel.manifest.shifts.len() || shifts.iter().any(|c| !c.is_finite()) {
+        let m = &kernel.manifest;
+        let n_shifts = m.markets.max(1) as usize * m.shifts.len();
+        if shifts.len() != n_shifts || shifts.iter().any(|c| !c.is_finite()) {
             return Err(RuntimeError::Run(format!(
-                "{} shifts for a kernel with {}, all finite",
+                "{} shifts for a kernel with {n_shifts}, all finite",
                 shifts.len(),
-                kernel.manifest.shifts.len()
             )));
         }
-        let inputs: Vec<f64> = market.iter().chain(shifts).copied().collect();
+        let inputs: Vec<f64> = values.iter().chain(shifts).copied().collect();
         self.tiled_sums(kernel, &inputs, seed, paths, range, opts, (0, 1))
     }
 
@@ -417,44 +483,73 @@ impl Backend {
     }
 
     /// The report of complete sums (one per `manifest.sums` entry, covering every path) whose
-    /// squares were taken about `shifts` (one per `manifest.shifts` entry).
+    /// squares were taken about `shifts` (one per `manifest.shifts` entry): a one-market kernel's
+    /// ([`Backend::reports`] for a fused one).
     pub fn report(
         &self,
         kernel: &LoadedKernel,
         sums: &[PartialSums],
         shifts: &[f64],
     ) -> Result<Report, RuntimeError> {
+        let mut r = self.reports(kernel, sums, shifts)?;
+        if r.len() != 1 {
+            return Err(RuntimeError::Run(format!(
+                "one report asked of a kernel of {} markets (use reports)",
+                r.len()
+            )));
+        }
+        Ok(r.remove(0))
+    }
+
+    /// One report per market of a row of complete sums (`manifest.markets` blocks of
+    /// `manifest.sums`, covering every path) whose squares were taken about `shifts`
+    /// (`manifest.markets` blocks of `manifest.shifts`).
+    pub fn reports(
+        &self,
+        kernel: &LoadedKernel,
+        sums: &[PartialSums],
+        shifts: &[f64],
+    ) -> Result<Vec<Report>, RuntimeError> {
         let m = &kernel.manifest;
         let row = cpu::row_len(m)?;
-        if sums.len() != row || shifts.len() != m.shifts.len() {
+        let markets = m.markets.max(1) as usize;
+        if sums.len() != row || shifts.len() != markets * m.shifts.len() {
             return Err(RuntimeError::Run(format!(
                 "{} sums and {} shifts for a kernel with {row} and {}",
                 sums.len(),
                 shifts.len(),
-                m.shifts.len()
+                markets * m.shifts.len()
             )));
         }
         let layout = m.layout().map_err(RuntimeError::Manifest)?;
-        let mut columns = sums.to_vec();
-        let per_output = row / m.outputs.len();
-        let outputs = layout
-            .iter()
-            .zip(columns.chunks_mut(per_output))
-            .map(|(l, c)| {
-                report::OutputSums::from_columns(
-                    c,
-                    l.greeks.len(),
-                    !l.greek_sq.is_empty(),
-                    shifts[l.shifts.clone()].to_vec(),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let inputs: Vec<String> = if m.mode.has_greeks() {
             m.inputs.clone()
         } else {
             Vec::new()
         };
-        Ok(Report::from_sums(&m.outputs, &inputs, &outputs)?)
+        let per_output = m.sums.len() / m.outputs.len();
+        let mut reports = Vec::with_capacity(markets);
+        for (block, shifts) in sums.chunks(m.sums.len()).zip(
+            shifts
+                .chunks(m.shifts.len().max(1))
+                .chain(std::iter::repeat(&[][..])),
+        ) {
+            let mut columns = block.to_vec();
+            let outputs = layout
+                .iter()
+                .zip(columns.chunks_mut(per_output))
+                .map(|(l, c)| {
+                    report::OutputSums::from_columns(
+                        c,
+                        l.greeks.len(),
+                        !l.greek_sq.is_empty(),
+                        shifts[l.shifts.clone()].to_vec(),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            reports.push(Report::from_sums(&m.outputs, &inputs, &outputs)?);
+        }
+        Ok(reports)
     }
 
     fn check_market(
@@ -578,6 +673,32 @@ fn check_options(opts: &RunOptions) -> Result<(), RuntimeError> {
     }
     if opts.threads == Some(0) {
         return Err(RuntimeError::Run("0 threads".into()));
+    }
+    Ok(())
+}
+
+/// Checks that the markets of one dispatch (`values`: `manifest.markets` rows of inputs; the
+/// first is market `first` of the run) agree on every input that is not in
+/// `manifest.ladder_inputs`: the kernel reads those from the first row only.
+fn check_group(m: &Manifest, first: usize, values: &[f64]) -> Result<(), RuntimeError> {
+    let n = m.inputs.len();
+    if m.markets <= 1 || n == 0 {
+        return Ok(());
+    }
+    for (k, row) in values.chunks(n).enumerate().skip(1) {
+        for (i, name) in m.inputs.iter().enumerate() {
+            if !m.ladder_inputs.contains(name) && row[i].to_bits() != values[i].to_bits() {
+                return Err(RuntimeError::Market {
+                    market: first + k,
+                    problem: format!(
+                        "{name} = {} differs from market {first}'s {}, and this kernel fuses \
+                         markets that differ only in {:?} (compile it with --ladder-inputs \
+                         naming {name})",
+                        row[i], values[i], m.ladder_inputs
+                    ),
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -513,7 +513,7 @@ impl Device {
         seed: u64,
         timeout: Duration,
     ) -> Result<Vec<f64>, GpuError> {
-        let n = disp.groups as usize * k.manifest.sums.len();
+        let n = disp.groups as usize * k.manifest.row_len();
         let input = self.buffer(inputs.len() as u64)?;
         let partials = match self.buffer(n as u64 * 8) {
             Ok(b) => b,

@@ -125,8 +125,11 @@ fn params(opts: &Options, tape: &Tape, row: usize) -> Vec<Param> {
     ]
 }
 
-/// The manifest of the CPU kernel for `tape` under `opts` (every field filled; see the ABI above).
-pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
+/// The manifest of the CPU kernel for `v` under `opts` (every field filled; see the ABI above; a
+/// laddered tape's names, defaults and hash are its one-market tape's).
+pub fn manifest(v: &Verified, opts: &Options) -> Manifest {
+    let tape = v.base();
+    let markets = v.markets();
     let sums = sums(tape, opts);
     Manifest {
         manifest_version: MANIFEST_VERSION,
@@ -136,9 +139,11 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
         mode: opts.mode,
         precision: opts.precision,
         inputs: tape.inputs.iter().map(|i| i.name.clone()).collect(),
+        markets,
+        ladder_inputs: v.ladder().map_or(Vec::new(), |l| l.varying_names()),
         input_defaults: tape.inputs.iter().map(|i| i.value).collect(),
         outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
-        params: params(opts, tape, sums.len()),
+        params: params(opts, tape, markets as usize * sums.len()),
         sums,
         greek_stderr: opts.greek_stderr && opts.mode.has_greeks(),
         shifts: crate::emit::shift_names(tape, opts.mode, opts.greek_stderr),
@@ -161,7 +166,7 @@ pub fn manifest(tape: &Tape, opts: &Options) -> Manifest {
 pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, ClifError> {
     let tape = v.tape();
     check_size(tape)?;
-    let manifest = manifest(tape, opts);
+    let manifest = manifest(v, opts);
     let function = lower::lower(v, opts, &manifest.entry_point)?;
     // Cranelift's printer, minus its `; v8 = 32` constant annotations (comments to the reader).
     let mut source = String::new();

@@ -29,14 +29,18 @@ fn params(opts: &EmitOptions, n_sums: usize, scratch: Option<u32>) -> Vec<Param>
     super::manifest::gpu_params(opts.target, opts.precision, n_sums, scratch)
 }
 
-/// Fills every field of the manifest for the kernel of `schedule`.
+/// Fills every field of the manifest for the kernel of `schedule` (a laddered tape's names,
+/// defaults and hash are its one-market tape's).
 pub(super) fn build(
-    tape: &Tape,
+    v: &crate::verify::Verified,
     plan: &crate::plan::Plan,
     opts: &EmitOptions,
     schedule: &Schedule,
 ) -> Result<Manifest, super::EmitError> {
-    let sums = sum_names(tape, opts.mode, schedule.greek_stderr);
+    let tape: &Tape = v;
+    let base = v.base();
+    let sums = sum_names(base, opts.mode, schedule.greek_stderr);
+    let markets = v.markets();
     let checkpointed = schedule.is_checkpointed();
     let persistent = if checkpointed {
         plan.segments
@@ -59,13 +63,15 @@ pub(super) fn build(
         entry_point: super::skeleton::entry_point(opts.target).into(),
         mode: opts.mode,
         precision: opts.precision,
-        inputs: tape.inputs.iter().map(|i| i.name.clone()).collect(),
-        input_defaults: tape.inputs.iter().map(|i| i.value).collect(),
-        outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
-        params: params(opts, sums.len(), scratch_slots),
+        inputs: base.inputs.iter().map(|i| i.name.clone()).collect(),
+        markets,
+        ladder_inputs: v.ladder().map_or(Vec::new(), |l| l.varying_names()),
+        input_defaults: base.inputs.iter().map(|i| i.value).collect(),
+        outputs: base.outputs.iter().map(|o| o.name.clone()).collect(),
+        params: params(opts, markets as usize * sums.len(), scratch_slots),
         sums,
         greek_stderr: schedule.greek_stderr,
-        shifts: shift_names(tape, opts.mode, schedule.greek_stderr),
+        shifts: shift_names(base, opts.mode, schedule.greek_stderr),
         workgroup_size: opts.workgroup_size,
         segments: schedule.segments as u32,
         checkpoint: schedule.strategy,
@@ -77,7 +83,7 @@ pub(super) fn build(
             String::new()
         },
         draws: tape.n_draws,
-        tape_hash: crate::format::content_hash(tape),
+        tape_hash: crate::format::content_hash(base),
         compile_options: super::manifest::compile_options(opts.target),
         fingerprint: String::new(),
     })

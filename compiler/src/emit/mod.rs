@@ -267,7 +267,7 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         }
     }
     let source = skeleton::render(&body, opts)?;
-    let mut manifest = fill::build(tape, plan, opts, &schedule)?;
+    let mut manifest = fill::build(v, plan, opts, &schedule)?;
     manifest.seal(&source);
     Ok(Kernel { source, manifest })
 }

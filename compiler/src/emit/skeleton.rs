@@ -102,7 +102,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let f64 = p == Precision::F64;
     let glsl = opts.target == Target::Glsl;
     let (normal, uniform) = body.schedule.draws();
-    let n_sums = super::fill::sum_names(body.tape, opts.mode, body.schedule.greek_stderr).len();
+    let n_sums = body.schedule.leaf_count();
     let partial_index = if glsl {
         format!("group * {n_sums}u + ")
     } else {

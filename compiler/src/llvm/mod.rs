@@ -56,7 +56,7 @@ pub enum LlvmError {
 /// text and manifest. Same tape and options give the same bytes.
 pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, LlvmError> {
     check_size(v.tape())?;
-    let mut manifest = manifest(v.tape(), opts);
+    let mut manifest = manifest(v, opts);
     let cx = Context::create();
     let module = lower::lower(&cx, v, opts, &manifest.entry_point)?;
     let source = module.print_to_string().to_string();

@@ -308,6 +308,8 @@ struct Builder<'a> {
     lanes: usize,
     /// Sum the Greeks' squares (`ScheduleOptions::greek_stderr`).
     greek_stderr: bool,
+    /// The markets of a laddered tape (`crate::ladder`); `None`: one market.
+    ladder: Option<&'a crate::ladder::Ladder>,
 }
 
 impl Builder<'_> {
@@ -339,7 +341,7 @@ impl Builder<'_> {
     /// How node `v` (live, not a constant) is computed, its arguments read through `name`.
     fn def(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var, key: Key) -> Def {
         match *self.tape.node(v) {
-            Node::Input(i) => Def::Input(i),
+            Node::Input(i) => Def::Input(self.ladder.map_or(i, |l| l.input_slot[i as usize])),
             Node::Draw(kind, index) => Def::Draw { kind, index, key },
             node => {
                 let rule = ops::rule(node.op()).expect("arithmetic ops have rules");
@@ -415,46 +417,60 @@ impl Builder<'_> {
         }
     }
 
-    /// The leaves in sum order (`manifest::sum_names`): per output its value and its square
-    /// about the output's first shift, when the mode has Greeks `greek(o, i)` for every input i
-    /// (and their squares about the next shifts when `greek_stderr`), and the non-finite count.
-    /// A Greek no adjoint or tangent reaches (the input outside output o's cone) is zero
-    /// whatever `greek` says, and so is its square. Shifts are numbered as
-    /// `manifest::shift_names` lists them, after the market in the inputs buffer.
+    /// The leaves in sum order (`manifest::sum_names`), market by market for a laddered tape
+    /// (`crate::ladder`): per output its value and its square about the output's first shift,
+    /// when the mode has Greeks `greek(o, i)` for every input i (and their squares about the next
+    /// shifts when `greek_stderr`), and the non-finite count; `o` and `i` index this tape's
+    /// outputs and inputs (a market's copies). A Greek no adjoint or tangent reaches (the input
+    /// outside output o's cone) is zero whatever `greek` says, and so is its square. Shifts are
+    /// numbered as `manifest::shift_names` lists them, market by market, after the markets in the
+    /// inputs buffer.
     fn leaves(&self, greek: &dyn Fn(usize, usize) -> Leaf) -> Stmt {
+        let (markets, base) = match self.ladder {
+            Some(l) => (l.markets as usize, &l.base),
+            None => (1, self.tape),
+        };
+        let output_of = |m: usize, o: usize| self.ladder.map_or(o, |l| l.output_of[m][o]);
+        let input_of = |m: usize, i: usize| self.ladder.map_or(i, |l| l.input_of[m][i] as usize);
+        let n_in = base.inputs.len();
         let mut leaves = Vec::new();
-        let mut shift = self.tape.inputs.len() as u32;
+        let mut shift = (markets * n_in) as u32;
         let mut next_shift = || {
             shift += 1;
             shift - 1
         };
-        for (o, output) in self.tape.outputs.iter().enumerate() {
-            let first = leaves.len();
-            leaves.push(Leaf::Value(self.operand(output.node, &Var::Value)));
-            leaves.push(Leaf::Square {
-                of: first,
-                shift: next_shift(),
-            });
-            if self.mode.has_greeks() {
-                for (i, &v) in self.info.input_nodes.iter().enumerate() {
-                    leaves.push(if self.in_lane(v, o) {
-                        greek(o, i)
-                    } else {
-                        Leaf::Zero
-                    });
-                }
-                if self.greek_stderr {
-                    for g in first + 2..first + 2 + self.info.input_nodes.len() {
-                        let shift = next_shift();
-                        leaves.push(match leaves[g] {
-                            Leaf::Zero => Leaf::Zero,
-                            _ => Leaf::Square { of: g, shift },
+        for m in 0..markets {
+            for o in 0..base.outputs.len() {
+                let lo = output_of(m, o);
+                let first = leaves.len();
+                let out_node = self.tape.outputs[lo].node;
+                leaves.push(Leaf::Value(self.operand(out_node, &Var::Value)));
+                leaves.push(Leaf::Square {
+                    of: first,
+                    shift: next_shift(),
+                });
+                if self.mode.has_greeks() {
+                    for i in 0..n_in {
+                        let li = input_of(m, i);
+                        leaves.push(if self.in_lane(self.info.input_nodes[li], lo) {
+                            greek(lo, li)
+                        } else {
+                            Leaf::Zero
                         });
                     }
+                    if self.greek_stderr {
+                        for g in first + 2..first + 2 + n_in {
+                            let shift = next_shift();
+                            leaves.push(match leaves[g] {
+                                Leaf::Zero => Leaf::Zero,
+                                _ => Leaf::Square { of: g, shift },
+                            });
+                        }
+                    }
                 }
+                let end = leaves.len();
+                leaves.push(Leaf::NonFinite { first, end });
             }
-            let end = leaves.len();
-            leaves.push(Leaf::NonFinite { first, end });
         }
         Stmt::Leaves(leaves)
     }
@@ -692,6 +708,7 @@ impl Schedule {
             mode: opts.mode,
             lanes: lanes(v.tape(), opts.mode, &colouring),
             greek_stderr: opts.greek_stderr,
+            ladder: v.ladder(),
         };
         let checkpointed =
             plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed());
@@ -713,6 +730,17 @@ impl Schedule {
             opaque_math: opts.opaque_math,
             body,
         }
+    }
+
+    /// The per-path leaves: a row of sums (every market's, for a laddered tape).
+    pub fn leaf_count(&self) -> usize {
+        let mut n = 0;
+        self.walk(&mut |s| {
+            if let Stmt::Leaves(l) = s {
+                n = l.len();
+            }
+        });
+        n
     }
 
     /// Is this a checkpointed reverse kernel (values carried across segment blocks)?

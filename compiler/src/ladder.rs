@@ -1,0 +1,206 @@
+//! Fused ladders: one kernel for M markets of one tape, sharing the draws and every node that no
+//! varying input reaches.
+//!
+//! Contract: [`expand`] turns a verified tape and a [`LadderSpec`] (M, which inputs vary across
+//! the markets) into a verified *laddered* tape that carries its [`Ladder`]: every node that
+//! depends on none of the varying inputs (draws, constants, the market-free part of each step)
+//! appears once, every other node once per market, copies of one node next to each other at its
+//! place. Each market's nodes therefore read the same operands in the same order as the one-market
+//! tape's, and every later stage (plan, schedule, printers) runs on the laddered tape unchanged:
+//! the reverse sweep gives each market's outputs their own lanes (the shared nodes' adjoints are
+//! taken per lane, in the one-market order), forward mode's colouring puts the M copies of a
+//! varying input into one direction (they meet in no output), so the directions are the
+//! one-market kernel's. What the ladder adds is where values live in the ABI:
+//!
+//! - the inputs buffer holds M markets of the one-market tape's inputs (market m's input i at
+//!   `m * n_inputs + i`), then M blocks of the one-market shifts; an input that does not vary is
+//!   read from market 0's row (a host puts one value there for the whole group);
+//! - a row of sums is M blocks of the one-market kernel's sums, market by market.
+//!
+//! Guarantee (tested on every backend): market m of a fused run has the bits of a one-market run
+//! of the same tape, seed and paths at market m.
+
+use crate::tape::{Input, Node, NodeId, Output, Tape};
+use crate::verify::{verify, Verified, VerifyError};
+
+pub use nablac_abi::manifest::MAX_MARKETS;
+
+/// What to fuse: `markets` input sets, of which the inputs marked in `varying` may differ.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LadderSpec {
+    pub markets: u32,
+    /// One flag per input of the one-market tape.
+    pub varying: Vec<bool>,
+}
+
+/// How a laddered tape maps onto its one-market tape (module doc).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Ladder {
+    pub markets: u32,
+    /// One flag per input of the one-market tape.
+    pub varying: Vec<bool>,
+    /// The one-market tape: the names, defaults and hash a host sees.
+    pub base: Tape,
+    /// Laddered input index -> index in the inputs buffer.
+    pub input_slot: Vec<u32>,
+    /// `input_of[m][i]`: the laddered input that is one-market input i in market m.
+    pub input_of: Vec<Vec<u32>>,
+    /// `output_of[m][o]`: the laddered output that is one-market output o in market m (one
+    /// output for every market when no varying input reaches it).
+    pub output_of: Vec<Vec<usize>>,
+}
+
+/// Why a ladder could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LadderError {
+    #[error("--markets {0} is out of range: 1 ..= {MAX_MARKETS}")]
+    Markets(u32),
+    #[error("the ladder names {got} inputs' flags for a tape of {want} inputs")]
+    Flags { got: usize, want: usize },
+    #[error("the laddered tape of {markets} markets is not valid ({0}): the tape is too large to fuse that many markets", markets = .1)]
+    Verify(VerifyError, u32),
+}
+
+/// The name of market m's copy of `name` (index `k` in its list), unique and valid.
+fn market_name(name: &str, k: usize, m: u32) -> String {
+    let n = format!("{name}_m{m}");
+    if n.len() <= 64 {
+        n
+    } else {
+        format!("x{k}_m{m}")
+    }
+}
+
+/// The laddered tape of `tape` under `spec` (module doc). One market is the tape itself, with
+/// the identity ladder.
+pub fn expand(tape: &Verified, spec: &LadderSpec) -> Result<Verified, LadderError> {
+    let base: &Tape = tape;
+    if spec.markets == 0 || spec.markets > MAX_MARKETS {
+        return Err(LadderError::Markets(spec.markets));
+    }
+    if spec.varying.len() != base.inputs.len() {
+        return Err(LadderError::Flags {
+            got: spec.varying.len(),
+            want: base.inputs.len(),
+        });
+    }
+    let m_count = spec.markets as usize;
+    // depends[v]: a varying input reaches node v.
+    let mut depends = vec![false; base.len()];
+    for v in base.ids() {
+        depends[v.index()] = match *base.node(v) {
+            Node::Input(i) => spec.varying[i as usize] && m_count > 1,
+            n => n.args().any(|a| depends[a.index()]),
+        };
+    }
+    let n_in = base.inputs.len();
+    let mut out = Tape {
+        consts: base.consts.clone(),
+        n_draws: base.n_draws,
+        ..Tape::default()
+    };
+    let mut input_slot = Vec::new();
+    let mut input_of = vec![vec![0u32; n_in]; m_count];
+    // copies[v][m]: node v's laddered id in market m (the same id for every m when shared).
+    let mut copies: Vec<Vec<NodeId>> = Vec::with_capacity(base.len());
+    for v in base.ids() {
+        let node = *base.node(v);
+        let per_market = if depends[v.index()] { m_count } else { 1 };
+        let mut ids = Vec::with_capacity(per_market);
+        for m in 0..per_market {
+            let id = NodeId(out.nodes.len() as u32);
+            let copy = match node {
+                Node::Input(i) => {
+                    let k = out.inputs.len() as u32;
+                    let Input { name, value } = &base.inputs[i as usize];
+                    out.inputs.push(Input {
+                        name: if per_market > 1 {
+                            market_name(name, i as usize, m as u32)
+                        } else {
+                            name.clone()
+                        },
+                        value: *value,
+                    });
+                    input_slot.push((m * n_in) as u32 + i);
+                    if per_market > 1 {
+                        input_of[m][i as usize] = k;
+                    } else {
+                        for row in input_of.iter_mut() {
+                            row[i as usize] = k;
+                        }
+                    }
+                    Node::Input(k)
+                }
+                Node::Unary(op, a) => Node::Unary(op, at(&copies, a, m)),
+                Node::Binary(op, a, b) => Node::Binary(op, at(&copies, a, m), at(&copies, b, m)),
+                leaf => leaf,
+            };
+            out.nodes.push(copy);
+            ids.push(id);
+        }
+        copies.push(ids);
+    }
+    let mut output_of = vec![vec![0usize; base.outputs.len()]; m_count];
+    for (o, Output { name, node }) in base.outputs.iter().enumerate() {
+        let ids = &copies[node.index()];
+        for (m, &id) in ids.iter().enumerate() {
+            let k = out.outputs.len();
+            out.outputs.push(Output {
+                name: if ids.len() > 1 {
+                    market_name(name, o, m as u32)
+                } else {
+                    name.clone()
+                },
+                node: id,
+            });
+            if ids.len() > 1 {
+                output_of[m][o] = k;
+            } else {
+                for row in output_of.iter_mut() {
+                    row[o] = k;
+                }
+            }
+        }
+    }
+    let ladder = Ladder {
+        markets: spec.markets,
+        varying: spec.varying.clone(),
+        base: base.clone(),
+        input_slot,
+        input_of,
+        output_of,
+    };
+    let v = verify(out).map_err(|e| LadderError::Verify(e, spec.markets))?;
+    Ok(v.with_ladder(ladder))
+}
+
+/// Node `a`'s laddered id in market m (its only id when shared).
+fn at(copies: &[Vec<NodeId>], a: NodeId, m: usize) -> NodeId {
+    let ids = &copies[a.index()];
+    ids[m.min(ids.len() - 1)]
+}
+
+impl Ladder {
+    /// The identity ladder of a one-market tape.
+    pub fn single(tape: &Tape) -> Ladder {
+        Ladder {
+            markets: 1,
+            varying: vec![false; tape.inputs.len()],
+            base: tape.clone(),
+            input_slot: (0..tape.inputs.len() as u32).collect(),
+            input_of: vec![(0..tape.inputs.len() as u32).collect()],
+            output_of: vec![(0..tape.outputs.len()).collect()],
+        }
+    }
+
+    /// The names of the inputs that vary across the markets, in input order.
+    pub fn varying_names(&self) -> Vec<String> {
+        self.base
+            .inputs
+            .iter()
+            .zip(&self.varying)
+            .filter(|(_, &v)| v)
+            .map(|(i, _)| i.name.clone())
+            .collect()
+    }
+}
