@@ -1450,3 +1450,167 @@ fn results_one_can_trust() {
     );
     assert!(e.contains("--greek-stderr"), "{e}");
 }
+
+#[test]
+fn a_ladder_runs_fused_and_each_market_has_the_bits_of_a_single_run() {
+    let d = scratch("ladder");
+    ok(&["record", "european", "-o", "e.bin"], &d);
+    let json = |args: &[&str]| -> Value { serde_json::from_str(&ok(args, &d)).unwrap() };
+    let base = ["run", "e.bin", "--paths", "4096", "--seed", "3", "--json"];
+    // A 2 x 3 grid of (vol, spot), vol outermost, three markets fused per launch.
+    let mut args = base.to_vec();
+    args.extend([
+        "--ladder",
+        "vol=0.1:0.3:2",
+        "--ladder",
+        "spot=90:110:3",
+        "--markets",
+        "3",
+        "--market",
+        "rate=0.01",
+    ]);
+    let l = json(&args);
+    assert_eq!(l["fused_markets"], 3);
+    let markets = l["markets"].as_array().unwrap();
+    let grid: Vec<(f64, f64)> = markets
+        .iter()
+        .map(|m| {
+            assert_eq!(m["market"]["rate"], 0.01, "--market sets the base");
+            (
+                m["market"]["vol"].as_f64().unwrap(),
+                m["market"]["spot"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        grid,
+        [
+            (0.1, 90.0),
+            (0.1, 100.0),
+            (0.1, 110.0),
+            (0.3, 90.0),
+            (0.3, 100.0),
+            (0.3, 110.0)
+        ]
+    );
+    for (m, (vol, spot)) in markets.iter().zip(&grid) {
+        let (vol, spot) = (format!("vol={vol}"), format!("spot={spot}"));
+        let mut single = base.to_vec();
+        single.extend(["--market", &vol, "--market", &spot, "--market", "rate=0.01"]);
+        let s = json(&single);
+        assert_eq!(
+            m["outputs"], s["outputs"],
+            "{vol} {spot}: same bits as a single run"
+        );
+    }
+    // Without --markets the measured rule fuses the whole (short) ladder into one launch, only
+    // spot varying; the price rises with spot.
+    let mut args = base.to_vec();
+    args.extend(["--ladder", "spot=80:120:5"]);
+    let r = json(&args);
+    assert!(
+        r["fused_markets"].as_u64().unwrap() > 1,
+        "{}",
+        r["fused_markets"]
+    );
+    let prices: Vec<f64> = r["markets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["outputs"]["price"]["value"].as_f64().unwrap())
+        .collect();
+    assert!(prices.windows(2).all(|w| w[0] < w[1]), "{prices:?}");
+    // The table has a header and one row per market; the plot is an SVG with both panels.
+    let t = ok(
+        &[
+            "run",
+            "e.bin",
+            "--paths",
+            "4096",
+            "--ladder",
+            "spot=90:110:3",
+            "--plot",
+            "l.svg",
+        ],
+        &d,
+    );
+    assert_eq!(t.lines().count(), 2 + 3, "{t}");
+    let svg = std::fs::read_to_string(d.join("l.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("d value / d spot"),
+        "{svg:.200}"
+    );
+    // A compiled ladder kernel says what it fuses in its manifest, and runs ladders of its
+    // varying inputs only.
+    ok(
+        &[
+            "e.bin",
+            "--target",
+            "cpu",
+            "--markets",
+            "2",
+            "--ladder-inputs",
+            "spot",
+            "-o",
+            "k.clif",
+        ],
+        &d,
+    );
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("k.clif.json")).unwrap()).unwrap();
+    assert_eq!(m["markets"], 2);
+    assert_eq!(m["ladder_inputs"], serde_json::json!(["spot"]));
+    let mut args = vec!["run", "k.clif", "--paths", "4096", "--seed", "3", "--json"];
+    args.extend(["--ladder", "spot=90:110:3"]);
+    let k = json(&args);
+    let mut args = base.to_vec();
+    args.extend([
+        "--ladder",
+        "spot=90:110:3",
+        "--cpu-backend",
+        "cranelift",
+        "--markets",
+        "1",
+    ]);
+    let one = json(&args);
+    for (a, b) in k["markets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(one["markets"].as_array().unwrap())
+    {
+        assert_eq!(
+            a["outputs"], b["outputs"],
+            "a padded fused group keeps the bits"
+        );
+    }
+    let e = fails(
+        &[
+            "run",
+            "k.clif",
+            "--paths",
+            "64",
+            "--ladder",
+            "vol=0.1:0.2:2",
+        ],
+        &d,
+        1,
+    );
+    assert!(e.contains("vol"), "{e}");
+    // Errors name the problem.
+    let e = fails(&["run", "e.bin", "--ladder", "spott=1:2:3"], &d, 1);
+    assert!(e.contains("no input spott"), "{e}");
+    let e = fails(&["run", "e.bin", "--ladder", "spot=1:2:0"], &d, 1);
+    assert!(e.contains("COUNT"), "{e}");
+    let e = fails(&["e.bin", "--ladder-inputs", "spot", "-o", "x.cu"], &d, 1);
+    assert!(e.contains("--markets"), "{e}");
+    let e = fails(&["run", "k.clif", "--markets", "2"], &d, 1);
+    assert!(e.contains("--markets"), "{e}");
+    let e = fails(
+        &["run", "e.bin", "--ladder", "spot=1:2:2", "--plot", "x.png"],
+        &d,
+        1,
+    );
+    assert!(e.contains("SVG"), "{e}");
+    assert!(!d.join("x.cu").exists() && !d.join("x.png").exists());
+}

@@ -342,6 +342,89 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
     })
 }
 
+/// One candidate of [`fused_markets`]: M markets per kernel, its work and the estimated cost of
+/// the whole ladder (`groups` launches of it).
+#[derive(Clone, PartialEq, Debug, serde::Serialize)]
+pub struct FusedEstimate {
+    pub markets: u32,
+    pub groups: u32,
+    pub work: Work,
+    /// Estimated nanoseconds per path for the whole ladder: `groups` x the kernel's ns/path.
+    pub ns_per_path: f64,
+}
+
+/// How many markets one kernel should fuse for a ladder of `count` markets of `tape` compiled
+/// with `opts` (its mode resolved; its `ladder.varying` says which inputs vary, its
+/// `ladder.markets` is ignored): the M in 1 ..= min(count, [`MAX_MARKETS`]) whose
+/// ceil(count / M) launches cost least under the target's measured [`CostModel`], the larger M
+/// on a tie. The register budget enters through the model's spill term (values beyond a GPU
+/// thread's registers), so a GPU stops fusing where the fused kernel would spill more than the
+/// shared draws save. Without a fitted model: the largest M that spills nothing beyond what one
+/// market spills. Returns the chosen M and every candidate's estimate.
+///
+/// [`MAX_MARKETS`]: crate::ladder::MAX_MARKETS
+pub fn fused_markets(
+    tape: &Verified,
+    opts: &CompileOptions,
+    count: u32,
+) -> Result<(u32, Vec<FusedEstimate>), CompileError> {
+    check_ranges(opts)?;
+    let model = CostModel::for_target(opts.target);
+    let varying = opts
+        .ladder
+        .as_ref()
+        .map_or_else(|| vec![true; tape.inputs.len()], |l| l.varying.clone());
+    let top = count.clamp(1, crate::ladder::MAX_MARKETS);
+    let mut estimates = Vec::new();
+    for m in 1..=top {
+        let laddered;
+        let t = if m == 1 {
+            tape
+        } else {
+            laddered = crate::ladder::expand(
+                tape,
+                &crate::ladder::LadderSpec {
+                    markets: m,
+                    varying: varying.clone(),
+                },
+            )?;
+            &laddered
+        };
+        let plan = crate::passes::plan(t, &opts.segments);
+        let schedule = Schedule::build(
+            t,
+            &plan,
+            ScheduleOptions {
+                mode: opts.mode,
+                opaque_math: crate::passes::opaque_math_arguments(opts.target),
+                greek_stderr: opts.greek_stderr,
+            },
+        );
+        let registers = match opts.target {
+            Target::Cpu => u32::MAX,
+            _ => registers(opts, &plan),
+        };
+        let work = Work::of(&schedule, t.len(), registers);
+        let groups = count.max(1).div_ceil(m);
+        estimates.push(FusedEstimate {
+            markets: m,
+            groups,
+            ns_per_path: f64::from(groups) * model.ns_per_path(&work),
+            work,
+        });
+    }
+    let best = if model.fitted {
+        estimates
+            .iter()
+            .rev()
+            .min_by(|a, b| a.ns_per_path.total_cmp(&b.ns_per_path))
+    } else {
+        let one = estimates[0].work.excess_live;
+        estimates.iter().rev().find(|e| e.work.excess_live <= one)
+    };
+    Ok((best.map_or(1, |e| e.markets), estimates))
+}
+
 /// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA
 /// thread addresses), or what a launch-bounds hint leaves (65536 per multiprocessor shared by
 /// `min_blocks` workgroups).
@@ -467,5 +550,51 @@ output price = %5
             assert_eq!(c.options.mode, chosen.mode);
             assert!(c.estimates.iter().all(|e| e.ns_per_path > 0.0), "{c:?}");
         }
+    }
+
+    #[test]
+    fn the_fused_market_rule_fuses_a_short_spot_ladder_whole() {
+        use crate::products::{record, Market, Options, Product};
+        let asian = crate::verify::verify(
+            record(
+                Product::AsianCall,
+                &Options::defaults(Product::AsianCall),
+                &Market::default(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let spot = |mode| CompileOptions {
+            mode,
+            ladder: Some(crate::ladder::LadderSpec {
+                markets: 1,
+                varying: vec![true, false, false, false, false],
+            }),
+            ..CompileOptions::new(Target::Cuda)
+        };
+        // A 7-market spot ladder of the price fits in registers fused: one launch.
+        let (m, est) = fused_markets(&asian, &spot(Mode::Price), 7).unwrap();
+        assert_eq!(m, 7, "{est:?}");
+        assert_eq!(est.len(), 7);
+        assert!(est.iter().all(|e| e.groups == 7u32.div_ceil(e.markets)));
+        // Shared draws: fused markets cost less per market than one launch each.
+        assert!(
+            est[6].ns_per_path < 7.0 * est[0].ns_per_path / 2.0,
+            "{est:?}"
+        );
+        // The chosen M is the cheapest estimate.
+        let best = est
+            .iter()
+            .map(|e| e.ns_per_path)
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(est[m as usize - 1].ns_per_path, best);
+        // The CPU has no register budget; with every input varying the markets still share
+        // the draws, so a 3-market ladder fuses whole.
+        let all = CompileOptions {
+            ladder: None,
+            ..CompileOptions::new(Target::Cpu)
+        };
+        let (m, est) = fused_markets(&asian, &all, 3).unwrap();
+        assert_eq!(m, 3, "{est:?}");
     }
 }

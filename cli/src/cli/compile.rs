@@ -80,18 +80,60 @@ pub fn compile(
 ) -> Result<Compiled> {
     Ok(nablac::compile::compile(
         tape,
-        &resolved_options(tape, target, o, given)?,
+        &resolved_options(tape, target, o, given, &[])?,
     )?)
 }
 
-/// The library's compile options with `--mode auto` resolved for `tape`.
+/// The ladder `--markets` and `--ladder-inputs` ask for on `tape`, with `laddered` the inputs
+/// `run --ladder` varies (`None`: one market). `run --ladder` without `--markets` gets one
+/// market here; `run` then fuses by the measured rule (`nablac::cost::fused_markets`).
+pub fn ladder_spec(
+    tape: &nablac::tape::Tape,
+    markets: Option<u32>,
+    varying: &[String],
+    laddered: &[&str],
+) -> Result<Option<nablac::ladder::LadderSpec>> {
+    if markets.is_none() && laddered.is_empty() {
+        if !varying.is_empty() {
+            bail!("--ladder-inputs names what varies across fused markets: give --markets M too");
+        }
+        return Ok(None);
+    }
+    let markets = markets.unwrap_or(1);
+    let max = nablac::ladder::MAX_MARKETS;
+    if markets == 0 || markets > max {
+        bail!("--markets {markets} is out of range: 1 ..= {max}");
+    }
+    let names: Vec<&str> = tape.inputs.iter().map(|i| i.name.as_str()).collect();
+    for v in varying {
+        if !names.contains(&v.as_str()) {
+            bail!(
+                "--ladder-inputs {v}: the tape has no input {v} (inputs: {})",
+                names.join(", ")
+            );
+        }
+    }
+    let all = varying.is_empty() && laddered.is_empty();
+    Ok(Some(nablac::ladder::LadderSpec {
+        markets,
+        varying: names
+            .iter()
+            .map(|n| all || varying.iter().any(|v| v == n) || laddered.contains(n))
+            .collect(),
+    }))
+}
+
+/// The library's compile options with `--mode auto` resolved for `tape`, and the ladder of
+/// `--markets` / `--ladder-inputs` (and `laddered`, the inputs `run --ladder` varies).
 pub fn resolved_options(
     tape: &nablac::verify::Verified,
     target: Target,
     o: &CompileOpts,
     given: &Given,
+    laddered: &[&str],
 ) -> Result<CompileOptions> {
-    let c = compile_options(target, o);
+    let mut c = compile_options(target, o);
+    c.ladder = ladder_spec(tape, o.markets, &o.ladder_inputs, laddered)?;
     if o.mode != ModeArg::Auto || super::honour::checkpointing_asked(o, given) {
         return Ok(c);
     }

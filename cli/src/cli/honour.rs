@@ -196,6 +196,8 @@ pub fn check_kernel(name: &str, m: &Manifest, o: &CompileOpts, given: &Given) ->
         ("workgroup", "--workgroup"),
         ("annotate", "--annotate"),
         ("min_blocks", "--min-blocks"),
+        ("markets", "--markets"),
+        ("ladder_inputs", "--ladder-inputs"),
     ] {
         if given.has(id) {
             bail!("{flag} applies when compiling a tape, and {what}: run it without {flag}, or compile its tape with it");

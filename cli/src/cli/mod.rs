@@ -13,6 +13,7 @@ mod compile;
 mod explain;
 mod honour;
 mod inspect;
+mod ladder;
 mod manual;
 mod output;
 mod record;
@@ -361,6 +362,15 @@ pub struct CompileOpts {
     /// output and input; `false` leaves them out of the report).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub greek_stderr: bool,
+    /// Fuse M markets into one kernel (a ladder): the draws and every node that no varying input
+    /// reaches are computed once per path, the rest once per market; each market gives the bits
+    /// of a one-market run. Default 1; `run --ladder` chooses by the measured rule.
+    #[arg(long, value_name = "M")]
+    pub markets: Option<u32>,
+    /// The inputs that may differ between the fused markets, comma-separated [default: every
+    /// input; with `run --ladder`, the laddered ones].
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub ladder_inputs: Vec<String>,
 }
 
 /// `name=value` pairs overriding input values.

@@ -32,6 +32,20 @@ pub struct RunArgs {
     /// Run at another value of an input, e.g. --market spot=105 (repeatable).
     #[arg(long = "market", value_name = "NAME=VALUE", value_parser = super::parse_market)]
     market: Vec<(String, f64)>,
+    /// Run a revaluation ladder: COUNT values of input NAME evenly from FROM to TO, e.g.
+    /// --ladder spot=80:120:9 (repeatable: a grid, the first --ladder outermost). A tape is
+    /// compiled into a fused kernel (the draws and everything no laddered input reaches shared by
+    /// its markets; its market count by the measured rule unless --markets says); every market
+    /// gives the bits of a one-market run.
+    #[arg(long = "ladder", value_name = "NAME=FROM:TO:COUNT", value_parser = super::ladder::parse_ladder)]
+    ladder: Vec<super::ladder::LadderArg>,
+    /// Draw each output's value (±1 standard error) and a Greek against the first laddered input
+    /// into FILE.svg (with --ladder).
+    #[arg(long, value_name = "FILE.svg", requires = "ladder")]
+    plot: Option<PathBuf>,
+    /// The Greek --plot draws: d output / d INPUT [default: the first laddered input].
+    #[arg(long, value_name = "INPUT", requires = "plot")]
+    plot_greek: Option<String>,
     /// CPU worker threads (cpu target; default: every core). Never changes a result.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
@@ -178,7 +192,34 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         check_target(target, args)?;
         super::honour::check_compile(target, &args.opts, given)?;
         let tape = super::parse_tape(&args.input, &bytes)?;
-        let mut o = super::compile::resolved_options(&tape, target, &args.opts, given)?;
+        let laddered: Vec<&str> = args.ladder.iter().map(|l| l.name.as_str()).collect();
+        for l in &args.ladder {
+            if !tape.inputs.iter().any(|i| i.name == l.name) {
+                bail!(
+                    "--ladder {}: the tape has no input {} (inputs: {})",
+                    l.name,
+                    l.name,
+                    tape.inputs
+                        .iter()
+                        .map(|i| i.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        let mut o = super::compile::resolved_options(&tape, target, &args.opts, given, &laddered)?;
+        if !args.ladder.is_empty() && args.opts.markets.is_none() {
+            // The measured rule: as many markets per kernel as pay (nablac::cost::fused_markets).
+            let count = args
+                .ladder
+                .iter()
+                .fold(1u32, |n, l| n.saturating_mul(l.count));
+            let (fused, _) = nablac::cost::fused_markets(&tape, &o, count)
+                .with_context(|| format!("cannot compile {name}"))?;
+            if let Some(l) = &mut o.ladder {
+                l.markets = fused;
+            }
+        }
         if target == Target::Cpu {
             o.cpu_backend = args
                 .cpu_backend
@@ -233,6 +274,14 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         };
         market[i] = *value;
     }
+    let markets = if args.ladder.is_empty() {
+        vec![market.clone()]
+    } else {
+        super::ladder::markets(&manifest, &market, &args.ladder)?
+    };
+    let plot_greek = plot_greek(args, &manifest)?;
+    let fused = manifest.markets.max(1) as usize;
+    let groups = markets.len().div_ceil(fused);
 
     let target = manifest.target;
     let backend = Backend::open(target)
@@ -252,9 +301,10 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     let bar = if std::io::stderr().is_terminal()
         && expected_seconds(&backend, &kernel, &market, args.paths, args.seed, &quiet)
             .context("the run failed")?
+            * groups as f64
             > BAR_AFTER_SECONDS
     {
-        let b = indicatif::ProgressBar::new(args.paths);
+        let b = indicatif::ProgressBar::new(args.paths.saturating_mul(groups as u64));
         b.set_style(
             indicatif::ProgressStyle::with_template(
                 "{bar:40} {human_pos}/{human_len} paths, {elapsed_precise}, eta {eta}",
@@ -268,7 +318,8 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     };
     let progress = |p: Progress| {
         if let Some(b) = &bar {
-            b.set_position(p.done);
+            // Fused markets run together: one stretch of the bar per group.
+            b.set_position((p.market / fused) as u64 * args.paths + p.done);
         }
     };
     let opts = RunOptions {
@@ -278,13 +329,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     let before = kernel.timings();
     let started = std::time::Instant::now();
     let reports = backend
-        .run(
-            &kernel,
-            std::slice::from_ref(&market),
-            args.paths,
-            args.seed,
-            &opts,
-        )
+        .run(&kernel, &markets, args.paths, args.seed, &opts)
         .context("the run failed");
     let elapsed = started.elapsed();
     let after = kernel.timings();
@@ -298,18 +343,23 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         b.finish_and_clear();
     }
     let reports = reports?;
-    let report = &reports[0];
-    let bad: Vec<String> = report
-        .outputs
-        .iter()
-        .filter(|o| o.non_finite > 0)
-        .map(|o| {
+    let mut bad = Vec::new();
+    for (k, report) in reports.iter().enumerate() {
+        let at = if args.ladder.is_empty() {
+            String::new()
+        } else {
             format!(
-                "{}: {} of {} paths gave a non-finite value or Greek and are left out of its sums",
+                " (market {k}: {})",
+                market_text(&manifest, &markets[k], &args.ladder)
+            )
+        };
+        bad.extend(report.outputs.iter().filter(|o| o.non_finite > 0).map(|o| {
+            format!(
+                "{}{at}: {} of {} paths gave a non-finite value or Greek and are left out of its sums",
                 o.name, o.non_finite, args.paths
             )
-        })
-        .collect();
+        }));
+    }
     // --strict fails before anything is printed (an error writes nothing on standard output).
     if args.strict && !bad.is_empty() {
         bail!("--strict: {}", bad.join("; "));
@@ -324,12 +374,80 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         cache_hit,
         timings,
     };
-    if args.json {
-        print_json(report, &cx, args)?;
+    if let Some(path) = &args.plot {
+        let svg = super::ladder::svg(
+            &manifest,
+            &args.ladder,
+            &markets,
+            &reports,
+            plot_greek.as_deref(),
+        )?;
+        if is_stdio(path) {
+            super::output::write_stdout(svg.as_bytes())?;
+            return Ok(());
+        }
+        let mut out = super::output::Staged::new();
+        out.write(path, svg.as_bytes())?;
+        out.commit()?;
+    }
+    if args.ladder.is_empty() {
+        if args.json {
+            print_json(&reports[0], &cx, args)?;
+        } else {
+            print_table(&reports[0], &cx, args);
+        }
+    } else if args.json {
+        print_ladder_json(&reports, &markets, &cx, args)?;
     } else {
-        print_table(report, &cx, args);
+        print_ladder_table(&reports, &markets, &cx, args);
     }
     Ok(())
+}
+
+/// The Greek `--plot` draws (None: the kernel has no Greeks and none was asked for).
+fn plot_greek(args: &RunArgs, m: &Manifest) -> Result<Option<String>> {
+    let Some(path) = &args.plot else {
+        return Ok(None);
+    };
+    let svg = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if !svg && !is_stdio(path) {
+        bail!(
+            "--plot writes SVG: name the file FILE.svg (or - for standard output), not {}",
+            path.display()
+        );
+    }
+    if m.mode == nablac::emit::Mode::Price {
+        if let Some(g) = &args.plot_greek {
+            bail!("--plot-greek {g}: a price kernel has no Greeks (compile with --mode reverse, forward or auto)");
+        }
+        return Ok(None);
+    }
+    let g = args
+        .plot_greek
+        .clone()
+        .unwrap_or_else(|| args.ladder[0].name.clone());
+    if !m.inputs.contains(&g) {
+        bail!(
+            "--plot-greek {g}: the tape has no input {g} (inputs: {})",
+            m.inputs.join(", ")
+        );
+    }
+    Ok(Some(g))
+}
+
+/// The laddered inputs' values of `market`, e.g. `spot=90, vol=0.2`.
+fn market_text(m: &Manifest, market: &[f64], ladders: &[super::ladder::LadderArg]) -> String {
+    ladders
+        .iter()
+        .filter_map(|l| {
+            let i = m.inputs.iter().position(|n| *n == l.name)?;
+            Some(format!("{}={}", l.name, market[i]))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A run expected to take longer than this shows a progress bar (on a terminal).
@@ -360,9 +478,9 @@ fn expected_seconds(
     }
 }
 
-fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
-    let m = cx.manifest;
-    let outputs = report
+/// A report's outputs as JSON: `{name: {value, stderr, non_finite, greeks, greek_stderr}}`.
+fn outputs_json(report: &Report, m: &Manifest) -> BTreeMap<String, JsonOutput> {
+    report
         .outputs
         .iter()
         .map(|o| {
@@ -383,7 +501,125 @@ fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
                 },
             )
         })
+        .collect()
+}
+
+/// Every input's value in `market`, by name.
+fn market_json(m: &Manifest, market: &[f64]) -> BTreeMap<String, f64> {
+    m.inputs
+        .iter()
+        .cloned()
+        .zip(market.iter().copied())
+        .collect()
+}
+
+#[derive(Serialize)]
+struct JsonMarket {
+    market: BTreeMap<String, f64>,
+    outputs: BTreeMap<String, JsonOutput>,
+}
+
+#[derive(Serialize)]
+struct JsonLadder<'a> {
+    target: &'a str,
+    device: String,
+    precision: &'a str,
+    mode: &'a str,
+    paths: u64,
+    seed: u64,
+    /// Markets per kernel launch (the kernel's `markets`).
+    fused_markets: u32,
+    tape_hash: &'a str,
+    kernel_hash: &'a str,
+    cache_hit: Option<bool>,
+    /// One entry per market, in ladder order: its inputs and its outputs as a single run
+    /// reports them (the same bits).
+    markets: Vec<JsonMarket>,
+    timings: Timings,
+}
+
+fn print_ladder_json(
+    reports: &[Report],
+    markets: &[Vec<f64>],
+    cx: &RunContext,
+    args: &RunArgs,
+) -> Result<()> {
+    let m = cx.manifest;
+    let j = JsonLadder {
+        target: m.target.name(),
+        device: cx.device.clone(),
+        precision: m.precision.name(),
+        mode: m.mode.name(),
+        paths: args.paths,
+        seed: args.seed,
+        fused_markets: m.markets.max(1),
+        tape_hash: &m.tape_hash,
+        kernel_hash: &m.fingerprint,
+        cache_hit: cx.cache_hit,
+        markets: reports
+            .iter()
+            .zip(markets)
+            .map(|(r, mk)| JsonMarket {
+                market: market_json(m, mk),
+                outputs: outputs_json(r, m),
+            })
+            .collect(),
+        timings: cx.timings,
+    };
+    println!("{}", serde_json::to_string_pretty(&j)?);
+    Ok(())
+}
+
+/// One row per market: the laddered inputs, then each output's value ± standard error and
+/// its Greeks.
+fn print_ladder_table(reports: &[Report], markets: &[Vec<f64>], cx: &RunContext, args: &RunArgs) {
+    let (m, t) = (cx.manifest, cx.timings);
+    let n = markets.len();
+    println!(
+        "{} {} {} ladder of {n} markets ({} per launch), {} paths each, seed {}, {:.3} s ({:.2} M market-paths/s)",
+        m.target.name(),
+        m.precision.name(),
+        m.mode.name(),
+        m.markets.max(1),
+        args.paths,
+        args.seed,
+        t.run,
+        args.paths as f64 * n as f64 / t.run / 1e6
+    );
+    let mut head: Vec<String> = args
+        .ladder
+        .iter()
+        .map(|l| format!("{:>12}", l.name))
         .collect();
+    if let Some(r) = reports.first() {
+        for o in &r.outputs {
+            head.push(format!("{:>22} {:>10}", o.name, "± stderr"));
+            for (i, _) in &o.greeks {
+                head.push(format!("{:>22}", format!("d{}/d{i}", o.name)));
+            }
+        }
+    }
+    println!("{}", head.join(" "));
+    for (r, mk) in reports.iter().zip(markets) {
+        let mut row: Vec<String> = args
+            .ladder
+            .iter()
+            .filter_map(|l| m.inputs.iter().position(|n| *n == l.name))
+            .map(|i| format!("{:>12}", mk[i]))
+            .collect();
+        for o in &r.outputs {
+            row.push(format!("{:>22.15} {:>10.3e}", o.value, o.stderr));
+            for (_, g) in &o.greeks {
+                row.push(format!("{g:>22.15}"));
+            }
+        }
+        println!("{}", row.join(" "));
+    }
+}
+
+fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
+    let m = cx.manifest;
+    let outputs = outputs_json(report, m);
     let j = JsonReport {
         target: m.target.name(),
         device: cx.device.clone(),
@@ -391,12 +627,7 @@ fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
         mode: m.mode.name(),
         paths: args.paths,
         seed: args.seed,
-        market: m
-            .inputs
-            .iter()
-            .cloned()
-            .zip(cx.market.iter().copied())
-            .collect(),
+        market: market_json(m, cx.market),
         tape_hash: &m.tape_hash,
         kernel_hash: &m.fingerprint,
         cache_hit: cx.cache_hit,
