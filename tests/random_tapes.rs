@@ -188,7 +188,7 @@ fn two_hundred_random_tapes_through_every_compiler_and_the_cpu() {
         let got = Backend::Cpu
             .run(
                 &loaded,
-                &[inputs.clone()],
+                std::slice::from_ref(&inputs),
                 PATHS,
                 SEED,
                 &RunOptions::default(),
