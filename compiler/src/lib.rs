@@ -29,6 +29,7 @@ pub mod record;
 pub mod reference;
 pub mod schedule;
 pub mod tape;
-#[cfg(test)]
-pub(crate) mod testing;
+/// Random valid tapes (feature `testing`: the fuzz targets and the cross-crate tests use them).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod verify;

@@ -2,10 +2,11 @@
 //!
 //! For one path: a forward sweep computes every node's value in f64 (draws from `philox::normal_f64`
 //! and `philox::uniform_f64`); then, for each output separately, a reverse sweep starts from adjoint 1
-//! at the output node and visits, in reverse order, exactly the nodes the output depends on (its
-//! backward cone), applying the rules of `crate::ops` (TAPE-FORMAT.md's, in their evaluation
-//! order: `d*c/b` is `(d*c)/b`), and `greek[i] += d` at input i. Nodes outside the output's cone are never
-//! visited, so a non-finite value elsewhere on the tape cannot leak into this output's Greeks.
+//! at the output node and visits, in reverse order, exactly the nodes the output depends on
+//! differentiably (its backward cone through every op but the comparisons, which pass no
+//! adjoint), applying the rules of `crate::ops` (TAPE-FORMAT.md's, in their evaluation order:
+//! `d*c/b` is `(d*c)/b`), and `greek[i] += d` at input i. Nodes outside the output's cone are
+//! never visited, so a non-finite value elsewhere on the tape cannot leak into this output's Greeks.
 //! `evaluate` sums paths in the fixed order of `report` and builds the `Report`.
 
 use crate::ops::{self, Operands};
@@ -101,11 +102,16 @@ fn forward<T: Float>(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Vec<T
 }
 
 /// d (node `out`) / d input, for every input, by one reverse sweep over `out`'s backward cone.
+/// The cone is the differentiable one (`TapeInfo::cones`): a comparison passes no adjoint, so
+/// what only comparisons read is outside it and its rule never runs (with an adjoint of 0 it
+/// would still turn a non-finite partial, `0 * 0.5 / sqrt(-1)`, into a NaN Greek; the kernels
+/// never run it either).
 fn reverse<T: Float>(tape: &Tape, v: &[T], out: usize, n_inputs: usize) -> Vec<T> {
     let mut cone = vec![false; out + 1];
     cone[out] = true;
     for i in (0..=out).rev() {
-        if cone[i] {
+        let differentiable = ops::rule(tape.nodes[i].op()).is_none_or(|r| r.is_differentiable());
+        if cone[i] && differentiable {
             for a in tape.nodes[i].args() {
                 cone[a.index()] = true;
             }
@@ -249,6 +255,24 @@ mod tests {
             rec.output(&format!("out{k}"), out).unwrap();
         }
         crate::verify::verify(rec.finish().unwrap()).unwrap()
+    }
+
+    /// Found by the schedule interpreter on random tape 13 (nablac::testing): y = ge(sqrt(-x),
+    /// sqrt(-x)) + x. The comparison passes no adjoint, so sqrt's rule must not run: with an
+    /// adjoint of 0 it gives 0 * 0.5 / NaN = NaN, which reached dy/dx here while every kernel
+    /// said 1.
+    #[test]
+    fn a_comparison_ends_the_cone() {
+        let t = tape_of(
+            |_, v| {
+                let s = (-&v[0]).sqrt();
+                vec![s.ge(&s) + &v[0]]
+            },
+            &[("x", 2.0)],
+        );
+        let r = evaluate_path(&t, &[2.0], 0, 0).unwrap();
+        assert_eq!(r.outputs, [2.0]);
+        assert_eq!(r.greeks, [vec![1.0]]);
     }
 
     #[test]

@@ -1,7 +1,12 @@
-//! Test helpers shared by every module's tests: random VALID canonical tapes.
+//! Random VALID canonical tapes, for the crate's tests, the cross-crate tests and the fuzz targets.
 //!
-//! [`arb_tape`] is a proptest strategy (it shrinks towards fewer, simpler nodes); [`random_tape`]
-//! is a deterministic generator without proptest, for corpus files and benchmarks. Both produce
+//! Public (`nablac::testing`) with the `testing` feature, which the fuzz crate (fuzz/) and the
+//! workspace's cross-crate tests turn on; otherwise compiled only into the crate's own tests.
+//!
+//! [`arb_tape`] is a proptest strategy (it shrinks towards fewer, simpler nodes; crate tests only:
+//! proptest is a dev-dependency); [`random_tape`] is a deterministic generator without proptest,
+//! for corpus files, benchmarks and the tool sweep; [`tape_from_bytes`] turns any bytes into a tape
+//! (the fuzz targets' structured input). All three share one builder, so they produce
 //! tapes that satisfy every rule of TAPE-FORMAT.md and are in the canonical form of
 //! `crate::format` (module doc there):
 //!
@@ -16,6 +21,7 @@
 //! Every op appears with some probability; leaves are about a quarter of the nodes.
 
 use crate::tape::{Input, Node, NodeId, Op, Output, Tape};
+#[cfg(test)]
 use proptest::prelude::*;
 
 /// Draw indices stay below this, so tapes often reuse a draw.
@@ -111,6 +117,7 @@ fn build(
     tape
 }
 
+#[cfg(test)]
 /// Makes names unique by appending `_k` to repeats (keeps them valid: at most 11 + 3 bytes).
 fn uniquify(names: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(names.len());
@@ -124,10 +131,12 @@ fn uniquify(names: Vec<String>) -> Vec<String> {
     out
 }
 
+#[cfg(test)]
 fn arb_name() -> impl Strategy<Value = String> {
     "[A-Za-z_][A-Za-z0-9_]{0,10}"
 }
 
+#[cfg(test)]
 /// Finite f64s: "nice" decimals most of the time, any finite bit pattern otherwise (subnormals,
 /// -0.0, huge and tiny exponents).
 fn arb_finite() -> impl Strategy<Value = f64> {
@@ -138,6 +147,7 @@ fn arb_finite() -> impl Strategy<Value = f64> {
     ]
 }
 
+#[cfg(test)]
 /// Random valid canonical tapes: 1..=6 inputs, 0..=4 pool constants, 1..=200 nodes of every op,
 /// draws below 8, 1..=3 outputs (see the module doc for every guarantee).
 pub fn arb_tape() -> impl Strategy<Value = Tape> {
@@ -216,6 +226,286 @@ pub fn random_tape(seed: u64, n: usize) -> Tape {
     build(&names, &values, &consts, &specs, &outputs)
 }
 
+/// The most nodes [`tape_from_bytes`] builds (so one fuzz execution stays fast).
+pub const MAX_FUZZ_NODES: usize = 256;
+
+/// Bytes read in order; zeros once they run out.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+
+    /// A finite f64: a "nice" multiple of 1/8 in [-4096, 4096) three times in four, else any
+    /// finite bit pattern (subnormals, -0.0, huge and tiny exponents; a NaN or infinity reads 1.0).
+    fn finite(&mut self) -> f64 {
+        if self.u8() < 192 {
+            f64::from(self.u16() as i16) / 8.0
+        } else {
+            let mut b = [0u8; 8];
+            b.iter_mut().for_each(|x| *x = self.u8());
+            Some(f64::from_le_bytes(b))
+                .filter(|x| x.is_finite())
+                .unwrap_or(1.0)
+        }
+    }
+}
+
+/// A valid canonical tape made of any bytes (the structured fuzz target's input), a pure function
+/// of them: a header (inputs 1..=6, pool constants 0..=4, outputs 1..=3, their values and output
+/// nodes), then 5 bytes a node (op, two argument selectors) for at most [`MAX_FUZZ_NODES`] - 1
+/// nodes after `input 0`. Every op can appear (the op byte is taken modulo the op count, as in
+/// [`random_tape`]), draws below 8; inputs are named `x0, x1, ...`, outputs `y0, y1, ...`.
+/// Mutating a byte of a node changes that node only, so the fuzzer explores tapes locally.
+pub fn tape_from_bytes(data: &[u8]) -> Tape {
+    let mut r = Bytes(data);
+    let header = r.u8();
+    let n_inputs = 1 + usize::from(header % 6);
+    let n_consts = usize::from((header / 6) % 5);
+    let n_outputs = 1 + usize::from(r.u8() % 3);
+    let values: Vec<f64> = (0..n_inputs).map(|_| r.finite()).collect();
+    let consts: Vec<f64> = (0..n_consts).map(|_| r.finite()).collect();
+    let outputs: Vec<(String, u32)> = (0..n_outputs)
+        .map(|k| (format!("y{k}"), u32::from(r.u16())))
+        .collect();
+    let mut specs: Vec<NodeSpec> =
+        r.0.chunks(5)
+            .take(MAX_FUZZ_NODES - 1)
+            .map(|c| {
+                let mut c = Bytes(c);
+                NodeSpec {
+                    op: c.u8(),
+                    a: u32::from(c.u16()),
+                    b: u32::from(c.u16()),
+                }
+            })
+            .collect();
+    // At least one node per input (the builder places the inputs it still owes at the end).
+    while specs.len() + 1 < n_inputs {
+        specs.push(NodeSpec { op: 0, a: 0, b: 0 });
+    }
+    let names: Vec<String> = (0..n_inputs).map(|i| format!("x{i}")).collect();
+    build(&names, &values, &consts, &specs, &outputs)
+}
+
+/// Runs one path of a price or reverse-mode [`Schedule`](crate::schedule::Schedule) in f64,
+/// statement by statement, and returns its row of leaves (every shift 0: the market alone, as
+/// `inputs`): an interpreter of the schedule every printer reads, plain or checkpointed, so a
+/// checkpointed schedule can be compared with the plain one bit for bit without a GPU. Values
+/// and adjoints follow the statements' rules (`crate::ops::eval`, `eval_step`, the reference's
+/// arithmetic), draws `crate::philox` (a re-keyed generator draws the same numbers), scratch
+/// slots a per-path array, opaque reads the identity.
+///
+/// Scopes are kept as the generated code keeps them: a block's declarations die at its end, an
+/// assignment goes to the innermost declaration, and reading a value or adjoint that is not
+/// defined in scope panics (the schedule's guarantee, module doc of `crate::schedule`).
+/// Forward-mode schedules (tangents) are not interpreted.
+pub fn run_schedule(
+    schedule: &crate::schedule::Schedule,
+    inputs: &[f64],
+    seed: u64,
+    path: u64,
+) -> Vec<f64> {
+    let mut m = Machine {
+        inputs,
+        seed,
+        path,
+        scopes: vec![Scope::default()],
+        scratch: vec![None; schedule.scratch_slots as usize],
+        row: Vec::new(),
+    };
+    m.block(&schedule.body);
+    m.row
+}
+
+#[derive(Default)]
+struct Scope {
+    values: std::collections::HashMap<crate::schedule::Var, Option<f64>>,
+    adjoints: std::collections::HashMap<(NodeId, usize), f64>,
+}
+
+struct Machine<'a> {
+    inputs: &'a [f64],
+    seed: u64,
+    path: u64,
+    scopes: Vec<Scope>,
+    scratch: Vec<Option<f64>>,
+    row: Vec<f64>,
+}
+
+impl Machine<'_> {
+    fn block(&mut self, body: &[crate::schedule::Stmt]) {
+        for stmt in body {
+            self.stmt(stmt);
+        }
+    }
+
+    fn read(&self, x: crate::schedule::Operand) -> f64 {
+        use crate::schedule::Operand;
+        match x {
+            Operand::Lit(v) => v,
+            Operand::Var(var) => self
+                .scopes
+                .iter()
+                .rev()
+                .find_map(|s| s.values.get(&var))
+                .copied()
+                .flatten()
+                .unwrap_or_else(|| panic!("the schedule reads {var:?}, not defined in scope")),
+        }
+    }
+
+    fn operand(&self, x: Option<crate::schedule::Operand>) -> f64 {
+        x.map_or(0.0, |x| self.read(x))
+    }
+
+    /// Sets `var`: declared in the innermost scope, or assigned to its innermost declaration.
+    fn set(&mut self, var: crate::schedule::Var, value: f64, declare: bool) {
+        let scope = if declare {
+            self.scopes.last_mut()
+        } else {
+            self.scopes
+                .iter_mut()
+                .rev()
+                .find(|s| s.values.contains_key(&var))
+        };
+        let scope = scope.unwrap_or_else(|| panic!("the schedule assigns undeclared {var:?}"));
+        scope.values.insert(var, Some(value));
+    }
+
+    fn adjoint(&mut self, node: NodeId, lane: usize) -> &mut f64 {
+        self.scopes
+            .iter_mut()
+            .rev()
+            .find_map(|s| s.adjoints.get_mut(&(node, lane)))
+            .unwrap_or_else(|| {
+                panic!("the schedule uses the undeclared adjoint of {node} lane {lane}")
+            })
+    }
+
+    fn stmt(&mut self, stmt: &crate::schedule::Stmt) {
+        use crate::ops::{eval, eval_step, Operands};
+        use crate::schedule::{Def, Leaf, Stmt, Var};
+        use crate::tape::DrawKind;
+        match stmt {
+            Stmt::Note(_) | Stmt::Rekey => {}
+            Stmt::Declare(nodes) => {
+                let scope = self.scopes.last_mut().expect("a scope");
+                for &v in nodes {
+                    scope.values.insert(Var::Value(v), None);
+                }
+            }
+            Stmt::Define { node, def, declare } => {
+                let value = match *def {
+                    Def::Input(k) => self.inputs[k as usize],
+                    Def::Draw { kind, index, .. } => match kind {
+                        DrawKind::Normal => crate::philox::normal_f64(self.seed, self.path, index),
+                        DrawKind::Uniform => {
+                            crate::philox::uniform_f64(self.seed, self.path, index)
+                        }
+                    },
+                    Def::Rule { rule, args } => {
+                        let x = Operands {
+                            a: self.operand(args[0]),
+                            b: self.operand(args[1]),
+                            c: 0.0,
+                            d: 0.0,
+                        };
+                        eval(&rule.value, &x)
+                    }
+                };
+                self.set(Var::Value(*node), value, *declare);
+            }
+            Stmt::Spill { node, slot } => {
+                self.scratch[*slot as usize] =
+                    Some(self.read(crate::schedule::Operand::Var(Var::Value(*node))));
+            }
+            Stmt::OpaqueRead { node, slot } => {
+                let value = match slot {
+                    Some(k) => self.scratch[*k as usize]
+                        .unwrap_or_else(|| panic!("scratch slot {k} read before it is written")),
+                    None => self.read(crate::schedule::Operand::Var(Var::Value(*node))),
+                };
+                self.set(Var::Copy(*node), value, true);
+            }
+            Stmt::DeclareAdjoints { node, lanes } => {
+                let scope = self.scopes.last_mut().expect("a scope");
+                for &lane in lanes {
+                    scope.adjoints.insert((*node, lane), 0.0);
+                }
+            }
+            Stmt::Seed { node, lane } => *self.adjoint(*node, *lane) = 1.0,
+            Stmt::Adjoint(adj) => {
+                // Only what the steps that run read (`Adjoint::reads`): the others need not be
+                // in scope (NaN stands in for them; no step that runs reads it).
+                let (ra, rb, rc) = adj.rule.reads(adj.to.map(|t| t.is_some()));
+                let x = Operands {
+                    a: if ra { self.operand(adj.x[0]) } else { f64::NAN },
+                    b: if rb { self.operand(adj.x[1]) } else { f64::NAN },
+                    c: if rc { self.operand(adj.x[2]) } else { f64::NAN },
+                    d: *self.adjoint(adj.node, adj.lane),
+                };
+                for step in adj.rule.adjoint {
+                    let mut deltas = Vec::new();
+                    eval_step(step, &x, &mut |arg, sub, delta| {
+                        deltas.push((arg, sub, delta))
+                    });
+                    for (arg, sub, delta) in deltas {
+                        if let Some(to) = adj.to[arg.index()] {
+                            let a = self.adjoint(to, adj.lane);
+                            *a = if sub { *a - delta } else { *a + delta };
+                        }
+                    }
+                }
+            }
+            Stmt::Tangent(_) => panic!("run_schedule does not interpret forward mode"),
+            Stmt::Block(b) => {
+                self.scopes.push(Scope::default());
+                self.block(&b.body);
+                self.scopes.pop();
+            }
+            Stmt::Leaves(leaves) => {
+                let mut row: Vec<f64> = Vec::with_capacity(leaves.len());
+                for leaf in leaves {
+                    let x =
+                        match *leaf {
+                            Leaf::Value(x) => self.read(x),
+                            Leaf::Adjoint(node, lane) => *self.adjoint(node, lane),
+                            Leaf::Zero => 0.0,
+                            // About shift 0 (the market alone was passed): (x - 0)^2 = x * x.
+                            Leaf::Square { of, .. } => row[of] * row[of],
+                            Leaf::NonFinite { first, end } => {
+                                let bad = leaves[first..end].iter().zip(&row[first..end]).any(
+                                    |(l, x)| {
+                                        matches!(l, Leaf::Value(_) | Leaf::Adjoint(..))
+                                            && !x.is_finite()
+                                    },
+                                );
+                                if bad {
+                                    row[first..end].iter_mut().for_each(|x| *x = 0.0);
+                                }
+                                f64::from(u8::from(bad))
+                            }
+                        };
+                    row.push(x);
+                }
+                self.row = row;
+            }
+        }
+    }
+}
+
 /// Checks the canonical-form guarantees of this module directly (independent of the verifier).
 #[cfg(test)]
 pub(crate) fn assert_valid_canonical(tape: &Tape) {
@@ -260,6 +550,7 @@ pub(crate) fn assert_valid_canonical(tape: &Tape) {
 }
 
 /// `tape` verified (a test's own tape, known to be valid).
+#[cfg(test)]
 pub(crate) fn verified(tape: &Tape) -> crate::verify::Verified {
     crate::verify::verify(tape.clone()).expect("a valid tape")
 }
@@ -293,6 +584,82 @@ mod tests {
             }
         }
         assert_ne!(random_tape(1, 100), random_tape(2, 100));
+    }
+
+    #[test]
+    fn any_bytes_make_a_valid_canonical_tape() {
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut rng = SplitMix(3);
+        for len in 0..600usize {
+            bytes.truncate(0);
+            bytes.extend((0..len * 3).map(|_| rng.next() as u8));
+            let t = tape_from_bytes(&bytes);
+            assert!(t.nodes.len() <= MAX_FUZZ_NODES);
+            assert_eq!(t, tape_from_bytes(&bytes));
+            assert_valid_canonical(&t);
+            crate::verify::check(&t).unwrap();
+            assert!(crate::format::is_canonical(&t));
+        }
+        assert_eq!(tape_from_bytes(&[]).nodes.len(), 1);
+        let long = tape_from_bytes(&[7u8; 5000]);
+        assert_eq!(long.nodes.len(), MAX_FUZZ_NODES);
+    }
+
+    /// The interpreter against the reference (plain schedules) and checkpointed schedules against
+    /// plain ones, bit for bit, on random tapes of every op.
+    #[test]
+    fn checkpointed_schedules_run_the_plain_schedules_bits() {
+        use crate::emit::manifest::Mode;
+        use crate::plan::{Checkpoint, SegmentOptions};
+        use crate::schedule::{Schedule, ScheduleOptions};
+        let mut checked = 0;
+        for seed in 0..200u64 {
+            let tape = random_tape(seed, 2 + (seed as usize * 13) % 120);
+            let v = verified(&tape);
+            let inputs: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
+            for mode in [Mode::Price, Mode::Reverse] {
+                let plain = Schedule::plain(&v, ScheduleOptions::new(mode));
+                for path in 0..3 {
+                    let want = run_schedule(&plain, &inputs, seed, path);
+                    let r = crate::reference::evaluate_path(&v, &inputs, seed, path).unwrap();
+                    let mut reference = Vec::new();
+                    for (o, &y) in r.outputs.iter().enumerate() {
+                        let g: &[f64] = if mode.has_greeks() { &r.greeks[o] } else { &[] };
+                        let shifts = vec![0.0; 1 + g.len()];
+                        reference.extend(crate::report::output_leaves(y, g, &shifts, true));
+                    }
+                    assert_eq!(want.len(), reference.len());
+                    for (k, (a, b)) in want.iter().zip(&reference).enumerate() {
+                        assert!(
+                            a.to_bits() == b.to_bits(),
+                            "seed {seed} {mode:?} path {path} leaf {k}: schedule {a:e} reference {b:e}\n{}",
+                            crate::format::write_text(&tape)
+                        );
+                    }
+                    for strategy in [Checkpoint::Registers, Checkpoint::Scratch] {
+                        for segments in [2, 3, 7] {
+                            let o = SegmentOptions {
+                                strategy,
+                                segments: Some(segments),
+                                ..SegmentOptions::default()
+                            };
+                            let plan = crate::passes::plan(&v, &o);
+                            let s = Schedule::build(&v, &plan, ScheduleOptions::new(mode));
+                            let got = run_schedule(&s, &inputs, seed, path);
+                            let bits =
+                                |r: &[f64]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&got),
+                                bits(&want),
+                                "seed {seed} {mode:?} {strategy:?}/{segments}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000);
     }
 
     #[test]

@@ -148,11 +148,19 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
     }
     let mut greeks = Vec::new();
     for out in &tape.outputs {
-        // The output's backward cone: only those nodes carry its adjoint.
+        // The output's backward cone: only those nodes carry its adjoint. A comparison passes
+        // none, so the cone does not go on through one (TAPE-FORMAT.md, the adjoint rules).
         let mut cone = vec![false; n];
         cone[out.node.index()] = true;
         for i in (0..n).rev() {
-            if cone[i] {
+            let comparison = matches!(
+                tape.nodes[i],
+                Node::Binary(
+                    BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge,
+                    ..
+                )
+            );
+            if cone[i] && !comparison {
                 for a in tape.nodes[i].args() {
                     cone[a.index()] = true;
                 }
