@@ -97,6 +97,22 @@ fn cases(target: Target) -> Vec<Case> {
             strategy: Checkpoint::Registers,
             opts: base.clone(),
         },
+        Case {
+            // A fused 2-market spot ladder: one draw and the market-free nodes shared, the
+            // spot-dependent ones once per market, the sums market by market.
+            name: "european_spot_ladder2_reverse_f32",
+            tape: crate::ladder::expand(
+                &european(),
+                &crate::ladder::LadderSpec {
+                    markets: 2,
+                    varying: european().inputs.iter().map(|i| i.name == "spot").collect(),
+                },
+            )
+            .unwrap(),
+            segments: 1,
+            strategy: Checkpoint::Off,
+            opts: base.clone(),
+        },
     ];
     if target == Target::Glsl {
         let f64 = EmitOptions {
@@ -158,9 +174,12 @@ fn in_code_tapes() {
             let k = emit(&case.tape, &plan, &case.opts)
                 .unwrap_or_else(|e| panic!("{}: {e}", case.name));
             snapshot(target, case.name, &k.source);
-            if case.name == "asian8_ckpt2_reverse_f32" {
+            if matches!(
+                case.name,
+                "asian8_ckpt2_reverse_f32" | "european_spot_ladder2_reverse_f32"
+            ) {
                 let json = serde_json::to_string_pretty(&k.manifest).unwrap();
-                snapshot(target, "asian8_ckpt2_reverse_f32.manifest", &json);
+                snapshot(target, &format!("{}.manifest", case.name), &json);
             }
         }
     }
