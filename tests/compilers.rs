@@ -309,6 +309,54 @@ fn corpus_kernels_compile_on_every_target() {
     );
 }
 
+/// Every corpus tape fused into a 3-market ladder of all its inputs (`nablac::ladder::expand`),
+/// price, forward, plain and checkpointed reverse, f32, through each target's compiler without
+/// warnings (ptxas for CUDA: the ladder kernels the H200 runs).
+#[test]
+fn fused_ladder_kernels_compile_on_every_target() {
+    let cases = nablac::corpus::load(&nablac::corpus::dir()).expect("corpus loads");
+    let mut failures = Vec::new();
+    let mut compiled = 0;
+    for case in &cases {
+        let spec = nablac::ladder::LadderSpec {
+            markets: 3,
+            varying: vec![true; case.tape.inputs.len()],
+        };
+        let tape = nablac::ladder::expand(&case.tape, &spec).expect("the corpus fuses");
+        for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
+            for (mode, segments) in [
+                (Mode::Price, 1),
+                (Mode::Forward, 1),
+                (Mode::Reverse, 1),
+                (Mode::Reverse, 2),
+            ] {
+                let what = format!(
+                    "{}_ladder3_{}_{mode:?}_s{segments}",
+                    case.name,
+                    target.name()
+                );
+                let plan = planned(&tape, segments, Checkpoint::Registers);
+                let o = EmitOptions {
+                    target,
+                    mode,
+                    ..EmitOptions::default()
+                };
+                let k = emit(&tape, &plan, &o).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(k.manifest.markets, 3, "{what}");
+                match compile(&k, &what) {
+                    Ok(_) => compiled += 1,
+                    Err(e @ toolchain::ToolError::Missing { .. }) => {
+                        check::<()>(Err(e));
+                    }
+                    Err(e) => failures.push(format!("{what}: {e}")),
+                }
+            }
+        }
+    }
+    eprintln!("fused ladders: {compiled} kernels compiled clean");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// ptxas's sm_90 report of the 252-step Asian call (crate::products defaults), f32 reverse, plain
 /// and checkpointed (16 segments, register recompute); `None` when NVRTC/ptxas are skipped. The
 /// OpenCL and GLSL kernels of both are compiled on the way. Slow on a small CPU (~1 min a kernel).
