@@ -204,3 +204,98 @@ impl Ladder {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::products::{record, Market, Options, Product};
+
+    fn tape(p: Product) -> Verified {
+        verify(record(p, &Options::defaults(p), &Market::default()).unwrap()).unwrap()
+    }
+
+    fn varying(t: &Tape, names: &[&str]) -> Vec<bool> {
+        t.inputs
+            .iter()
+            .map(|i| names.contains(&i.name.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_spot_ladder_of_the_asian_repeats_two_operations_a_step_per_market() {
+        let asian = tape(Product::AsianCall);
+        let spec = |markets| LadderSpec {
+            markets,
+            varying: varying(&asian, &["spot"]),
+        };
+        let one = expand(&asian, &spec(1)).unwrap();
+        let seven = expand(&asian, &spec(7)).unwrap();
+        assert_eq!(one.len(), asian.len());
+        // The nodes spot reaches: the input, the price path's multiply and the running sum's
+        // add a step, and the payoff's few nodes at the end.
+        let per_market = (seven.len() - asian.len()) / 6;
+        assert_eq!((seven.len() - asian.len()) % 6, 0);
+        assert!(
+            (2 * 252..2 * 252 + 12).contains(&per_market),
+            "{per_market} nodes a market"
+        );
+        assert_eq!(seven.n_draws, 252, "the draws are shared");
+        let l = seven.ladder().unwrap();
+        assert_eq!(l.varying_names(), ["spot"]);
+        // spot has 7 copies (slots m * 5 + 0), the other inputs one (market 0's row).
+        assert_eq!(seven.inputs.len(), 7 + 4);
+        let spot_slots: Vec<u32> = (0..7)
+            .map(|m| l.input_slot[l.input_of[m][0] as usize])
+            .collect();
+        assert_eq!(spot_slots, [0, 5, 10, 15, 20, 25, 30]);
+        for m in 0..7 {
+            assert_eq!(
+                l.input_slot[l.input_of[m][1] as usize], 1,
+                "strike from market 0"
+            );
+            let o = &seven.outputs[l.output_of[m][0]];
+            assert_eq!(o.name, format!("price_m{m}"));
+        }
+    }
+
+    #[test]
+    fn an_output_no_varying_input_reaches_is_shared_and_bad_specs_are_refused() {
+        // price = spot * exp(vol * z), other = vol * z: only price depends on spot.
+        let text = "nablatape 1\n%0 = input spot 100.0\n%1 = input vol 0.2\n%2 = normal 0\n\
+                    %3 = mul %1 %2\n%4 = exp %3\n%5 = mul %0 %4\noutput price = %5\noutput other = %3\n";
+        let t = verify(crate::format::read_text(text.as_bytes()).unwrap()).unwrap();
+        let v = expand(
+            &t,
+            &LadderSpec {
+                markets: 3,
+                varying: vec![true, false],
+            },
+        )
+        .unwrap();
+        let l = v.ladder().unwrap();
+        assert_eq!(v.len(), 6 + 2 * 2, "spot and the last multiply, twice more");
+        assert_eq!(
+            l.output_of[0][1], l.output_of[2][1],
+            "other is one output for all"
+        );
+        assert_ne!(l.output_of[0][0], l.output_of[2][0]);
+        for markets in [0, MAX_MARKETS + 1] {
+            let e = expand(
+                &t,
+                &LadderSpec {
+                    markets,
+                    varying: vec![true, false],
+                },
+            );
+            assert_eq!(e.unwrap_err(), LadderError::Markets(markets));
+        }
+        let e = expand(
+            &t,
+            &LadderSpec {
+                markets: 2,
+                varying: vec![true],
+            },
+        );
+        assert_eq!(e.unwrap_err(), LadderError::Flags { got: 1, want: 2 });
+    }
+}
