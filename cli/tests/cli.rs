@@ -1614,3 +1614,60 @@ fn a_ladder_runs_fused_and_each_market_has_the_bits_of_a_single_run() {
     assert!(e.contains("SVG"), "{e}");
     assert!(!d.join("x.cu").exists() && !d.join("x.png").exists());
 }
+
+/// A chain `x * c + c * c + ...` of `n` nodes as a text tape.
+fn chain_tape(n: usize) -> String {
+    let mut t =
+        String::from("nablatape 1\n%0 = input x 1.0\n%1 = const 1.0000001\n%2 = mul %0 %1\n");
+    for i in 3..n {
+        let op = if i % 2 == 0 { "mul" } else { "add" };
+        t.push_str(&format!("%{i} = {op} %{} %1\n", i - 1));
+    }
+    t.push_str(&format!("output y = %{}\n", n - 1));
+    t
+}
+
+#[test]
+fn long_chains_run_on_the_cpu_and_llvm_takes_only_what_it_compiles_in_seconds() {
+    let d = scratch("chains");
+    // Under the LLVM limit: the default (LLVM) back end, whose optimiser recurses once per link,
+    // on its own deep-stacked thread (a 45,000-link chain overflowed nothing).
+    std::fs::write(d.join("c45k.ntape"), chain_tape(45_000)).unwrap();
+    let run = |tape: &str, extra: &[&str]| -> Value {
+        let mut args = vec!["run", tape, "--paths", "64", "--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&args, &d)).unwrap()
+    };
+    let a = run("c45k.ntape", &[]);
+    let b = run("c45k.ntape", &["--cpu-backend", "cranelift"]);
+    let (x, y) = (
+        a["outputs"]["y"]["greeks"]["x"].as_f64().unwrap(),
+        b["outputs"]["y"]["greeks"]["x"].as_f64().unwrap(),
+    );
+    // d y / d x = 1.0000001^(22,499): the multiplies along the chain.
+    let want = 1.000_000_1f64.powi(22_499);
+    assert!(
+        (x - want).abs() < 1e-9 && (y - want).abs() < 1e-9,
+        "{x} {y} {want}"
+    );
+    // Over it: Cranelift by default (linear), and LLVM refused with the reason.
+    std::fs::write(d.join("c120k.ntape"), chain_tape(120_000)).unwrap();
+    let c = run("c120k.ntape", &[]);
+    assert!(c["outputs"]["y"]["value"].as_f64().unwrap().is_finite());
+    let e = fails(
+        &[
+            "run",
+            "c120k.ntape",
+            "--paths",
+            "64",
+            "--cpu-backend",
+            "llvm",
+        ],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("120000 nodes") && e.contains("--cpu-backend cranelift"),
+        "{e}"
+    );
+}

@@ -45,6 +45,14 @@ pub enum CpuBackend {
     Llvm,
 }
 
+/// The largest tape (nodes, a ladder's expanded tape included) the LLVM back end takes. LLVM's
+/// optimiser takes time quadratic in a dependency chain's length (and recurses once per link,
+/// `ReassociatePass::getRank`, which is why the runtime gives it a thread with a deep stack):
+/// on this machine a chain of 40,000 nodes ran in 2.0 s, 100,000 in 9.5 s, 200,000 in 37 s
+/// (`nablac run CHAIN --paths 100`, load included). Cranelift is linear (400,000 nodes in
+/// 2.3 s, 1,000,000 in 7.6 s), so larger tapes go to it.
+pub const LLVM_MAX_NODES: usize = 50_000;
+
 impl CpuBackend {
     /// The fastest back end this build has: LLVM with feature `llvm`, else Cranelift.
     pub fn fastest() -> CpuBackend {
@@ -52,6 +60,16 @@ impl CpuBackend {
             CpuBackend::Llvm
         } else {
             CpuBackend::Cranelift
+        }
+    }
+
+    /// The fastest back end this build has for a tape of `nodes` nodes: LLVM up to
+    /// [`LLVM_MAX_NODES`], else Cranelift.
+    pub fn fastest_for(nodes: usize) -> CpuBackend {
+        if nodes > LLVM_MAX_NODES {
+            CpuBackend::Cranelift
+        } else {
+            CpuBackend::fastest()
         }
     }
 
@@ -131,6 +149,9 @@ pub enum CompileError {
         target: &'static str,
         why: &'static str,
     },
+    /// A tape (its ladder's included) over [`LLVM_MAX_NODES`] for the LLVM back end.
+    #[error("the tape has {nodes} nodes (a ladder's copies included) and the LLVM back end takes at most {LLVM_MAX_NODES}: its optimiser's time grows with the square of a dependency chain (100,000 nodes: 10 s, 200,000: 37 s); use --cpu-backend cranelift, the default for larger tapes")]
+    TooLargeForLlvm { nodes: usize },
     /// A numeric option outside the range it may take.
     #[error("{option} = {value} is out of range: {range}")]
     OutOfRange {
@@ -220,6 +241,9 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
             "--cpu-backend llvm",
             "it chooses the back end of CPU code (target cpu)",
         );
+    }
+    if opts.cpu_backend == CpuBackend::Llvm && tape.len() > LLVM_MAX_NODES {
+        return Err(CompileError::TooLargeForLlvm { nodes: tape.len() });
     }
     let plan = crate::passes::plan(tape, &opts.segments);
     let (source, manifest) = match opts.target {

@@ -38,6 +38,11 @@ pub struct Jit {
     context: ManuallyDrop<Box<Context>>,
 }
 
+// SAFETY: a `Jit` is made on the compiling thread and then only dropped (the code it owns is
+// called through a plain function pointer); an LLVM context may move between threads, it only
+// must not be used by two at once, and nothing uses it after `compile` returns.
+unsafe impl Send for Jit {}
+
 impl Drop for Jit {
     fn drop(&mut self) {
         // SAFETY: the engine borrows the context; it goes first, and neither is used again.
@@ -48,13 +53,33 @@ impl Drop for Jit {
     }
 }
 
+/// The stack of the thread LLVM compiles on (see [`compile`]); `LLVM_MAX_NODES` (compiler) was
+/// measured on the 8 MiB main stack, so this leaves a wide margin.
+const OPTIMISER_STACK: usize = 256 << 20;
+
 fn bad(what: impl Into<String>) -> RuntimeError {
     RuntimeError::Kernel(what.into())
 }
 
 /// Parses, checks (module doc), optimises and JIT-compiles `source`; returns the module and the
-/// address of `manifest.entry_point`.
+/// address of `manifest.entry_point`. LLVM's optimiser recurses along dependency chains (a
+/// frame per link in Reassociate), so all of it runs on a thread of its own whose stack does not
+/// depend on the caller's (a test thread has 2 MiB): [`OPTIMISER_STACK`], reserved, and touched
+/// only as deep as it goes.
 pub fn compile(source: &str, manifest: &Manifest) -> Result<(Jit, usize), RuntimeError> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("nablac-llvm".into())
+            .stack_size(OPTIMISER_STACK)
+            .spawn_scoped(s, || compile_here(source, manifest))
+            .map_err(|e| RuntimeError::Host(format!("no thread for LLVM: {e}")))?
+            .join()
+            .map_err(|_| RuntimeError::Host("LLVM panicked compiling the kernel".into()))?
+    })
+}
+
+/// [`compile`] on the calling thread.
+fn compile_here(source: &str, manifest: &Manifest) -> Result<(Jit, usize), RuntimeError> {
     let context = Box::new(Context::create());
     // SAFETY: the context is boxed (its address is fixed) and outlives every value made in it:
     // `Jit` drops the engine, which owns the module, before the context.

@@ -221,9 +221,12 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
             }
         }
         if target == Target::Cpu {
-            o.cpu_backend = args
-                .cpu_backend
-                .map_or(CpuBackend::fastest(), CpuBackend::from);
+            // The fused kernel's tape has at most markets x the nodes.
+            let markets = o.ladder.as_ref().map_or(1, |l| l.markets as usize);
+            o.cpu_backend = args.cpu_backend.map_or(
+                CpuBackend::fastest_for(tape.len().saturating_mul(markets)),
+                CpuBackend::from,
+            );
         }
         let k = nablac::compile::compile(&tape, &o)
             .with_context(|| format!("cannot compile {name}"))?;
