@@ -50,7 +50,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// The CPU code's back end (cpu target, a tape): llvm (one path per SIMD lane; the default
-    /// when nablac is built with LLVM) or cranelift (scalar, the reference).
+    /// when nablac is built with LLVM, for tapes of at most 50,000 nodes) or cranelift (scalar,
+    /// the reference; linear compile time, the default for larger tapes).
     #[arg(long, value_enum, value_name = "BACKEND")]
     cpu_backend: Option<CpuBackendArg>,
     /// Print JSON: the run's context (target, device, precision, mode, paths, seed, market,
