@@ -1671,3 +1671,38 @@ fn long_chains_run_on_the_cpu_and_llvm_takes_only_what_it_compiles_in_seconds() 
         "{e}"
     );
 }
+
+#[test]
+fn a_kernel_over_the_size_budget_is_refused_fast_and_auto_takes_the_mode_that_fits() {
+    let d = scratch("budget");
+    // 2,000 outputs along an 8,000-node chain: a reverse kernel would run a lane per output
+    // over its cone, about 14 million statements (over the 8 million budget); forward needs one
+    // direction.
+    let mut t = chain_tape(8_000);
+    for k in 0..2_000 {
+        t.push_str(&format!("output z{k} = %{}\n", 7_998 - k));
+    }
+    std::fs::write(d.join("many.ntape"), t).unwrap();
+    let e = fails(
+        &[
+            "many.ntape",
+            "--target",
+            "cuda",
+            "--mode",
+            "reverse",
+            "-o",
+            "r.cu",
+        ],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("over the budget") && e.contains("--mode forward fits"),
+        "{e}"
+    );
+    assert!(!d.join("r.cu").exists() && !d.join("r.cu.json").exists());
+    ok(&["many.ntape", "--target", "cuda", "-o", "a.cu"], &d);
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("a.cu.json")).unwrap()).unwrap();
+    assert_eq!(m["mode"], "forward");
+}

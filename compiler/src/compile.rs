@@ -164,6 +164,8 @@ pub enum CompileError {
     #[error(transparent)]
     Ladder(#[from] crate::ladder::LadderError),
     #[error(transparent)]
+    OverBudget(#[from] crate::budget::OverBudget),
+    #[error(transparent)]
     Clif(#[from] ClifError),
     #[cfg(feature = "llvm")]
     #[error(transparent)]
@@ -245,6 +247,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
     if opts.cpu_backend == CpuBackend::Llvm && tape.len() > LLVM_MAX_NODES {
         return Err(CompileError::TooLargeForLlvm { nodes: tape.len() });
     }
+    crate::budget::check(tape, opts.mode)?;
     let plan = crate::passes::plan(tape, &opts.segments);
     let (source, manifest) = match opts.target {
         Target::Cpu => {

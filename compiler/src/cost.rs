@@ -287,6 +287,10 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
     }
     let mut estimates = Vec::new();
     for (kernel, mode, segments, plan) in candidates {
+        // A kernel over the size budget is not a candidate (its schedule is not even built).
+        if mode != Mode::Price && crate::budget::check(tape, mode).is_err() {
+            continue;
+        }
         let opts = CompileOptions {
             mode,
             segments,
@@ -323,8 +327,14 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
                 e.kernel == "reverse"
             }
         })
-        .min_by(|a, b| a.ns_per_path.total_cmp(&b.ns_per_path))
-        .expect("forward and reverse are always candidates");
+        .min_by(|a, b| a.ns_per_path.total_cmp(&b.ns_per_path));
+    let Some(best) = best else {
+        // Neither forward nor reverse fits the budget: the error says so (reverse's is the
+        // larger count, so forward's error is the one to report).
+        crate::budget::check(tape, Mode::Forward)?;
+        crate::budget::check(tape, Mode::Reverse)?;
+        unreachable!("a mode that fits the budget is a candidate");
+    };
     let options = CompileOptions {
         mode: best.mode,
         segments: if best.kernel == "reverse-plain" {

@@ -8,6 +8,7 @@
 //!
 //! Each arrow is one function with a typed result; nothing goes backwards.
 
+pub mod budget;
 pub mod clif;
 pub mod closed_form;
 pub mod compile;

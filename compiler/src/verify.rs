@@ -83,6 +83,9 @@ impl std::ops::Deref for Verified {
     }
 }
 
+/// The most outputs x nodes whose cones `verify` keeps (one byte each: 128 MiB).
+pub const MAX_CONE_CELLS: usize = 1 << 27;
+
 /// What the later stages need to know about a verified tape.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct TapeInfo {
@@ -94,7 +97,9 @@ pub struct TapeInfo {
     /// `cones[o][v]`: output o depends differentiably on node v (v is the output, or a
     /// differentiable op in the cone reads v): the nodes whose adjoint in output o's lane can be
     /// nonzero are the active ones in its cone. Empty for a tape with one output, whose cone is
-    /// `activity.active`.
+    /// `activity.active`, and for one of more than [`MAX_CONE_CELLS`] outputs x nodes (then
+    /// every node counts as in every cone: colouring shares fewer directions, and a reverse
+    /// kernel of such a tape is over `budget::STATEMENT_BUDGET` anyway).
     pub cones: Vec<Vec<bool>>,
     /// `path_dependent[v]`: node v is a draw or reads one, so it varies from path to path.
     pub path_dependent: Vec<bool>,
@@ -459,7 +464,9 @@ pub fn verify(tape: Tape) -> Result<Verified, VerifyError> {
     for out in &tape.outputs {
         uses[out.node.index()] = uses[out.node.index()].saturating_add(1);
     }
-    let cones = if tape.outputs.len() < 2 {
+    let cones = if tape.outputs.len() < 2
+        || tape.outputs.len().saturating_mul(tape.len()) > MAX_CONE_CELLS
+    {
         Vec::new()
     } else {
         tape.outputs
