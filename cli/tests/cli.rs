@@ -1706,3 +1706,36 @@ fn a_kernel_over_the_size_budget_is_refused_fast_and_auto_takes_the_mode_that_fi
         serde_json::from_str(&std::fs::read_to_string(d.join("a.cu.json")).unwrap()).unwrap();
     assert_eq!(m["mode"], "forward");
 }
+
+#[test]
+fn a_huge_cpu_kernel_gets_the_linear_register_allocator_and_the_same_bits() {
+    let d = scratch("regalloc");
+    // 8,000 outputs alive until their leaves: the forward kernel's CLIF is past
+    // SINGLE_PASS_INSTS (its backtracking allocation took 117 s; the single-pass one seconds).
+    let mut many = chain_tape(16_000);
+    for k in 0..8_000 {
+        many.push_str(&format!("output z{k} = %{}\n", 15_998 - k));
+    }
+    std::fs::write(d.join("many.ntape"), many).unwrap();
+    std::fs::write(d.join("one.ntape"), chain_tape(16_000)).unwrap();
+    let run = |tape: &str| -> Value {
+        let args = [
+            "run",
+            tape,
+            "--paths",
+            "64",
+            "--mode",
+            "forward",
+            "--cpu-backend",
+            "cranelift",
+            "--json",
+        ];
+        serde_json::from_str(&ok(&args, &d)).unwrap()
+    };
+    let (many, one) = (run("many.ntape"), run("one.ntape"));
+    assert_eq!(many["outputs"].as_object().unwrap().len(), 8_001);
+    assert_eq!(
+        many["outputs"]["y"], one["outputs"]["y"],
+        "the allocator never changes a bit"
+    );
+}

@@ -66,6 +66,10 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
     Ok(manifest.row_len())
 }
 
+/// CLIF functions of more instructions than this get Cranelift's single-pass register
+/// allocator (linear time) instead of the backtracking one (see `compile`).
+const SINGLE_PASS_INSTS: usize = 200_000;
+
 /// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it;
 /// or, LLVM IR text (told apart by its first line, `crate::llvm::is_llvm_ir`), JIT-compiles it
 /// through LLVM (feature `llvm`; without it such a kernel is refused, naming the feature).
@@ -313,6 +317,13 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
     set(&mut flags, "opt_level", "speed")?;
     set(&mut flags, "use_colocated_libcalls", "false")?;
     set(&mut flags, "is_pic", "false")?;
+    if func.dfg.num_insts() > SINGLE_PASS_INSTS {
+        // The backtracking allocator's spill handling is superlinear in the values alive at
+        // once: 8,000 outputs alive until their leaves took it 117 s. The single-pass one is
+        // linear; allocation never changes what an instruction computes, so the bits are the
+        // same.
+        set(&mut flags, "regalloc_algorithm", "single_pass")?;
+    }
     let isa = cranelift_native::builder()
         .map_err(|e| RuntimeError::Host(format!("host machine is not supported: {e}")))?
         .finish(settings::Flags::new(flags))
