@@ -158,9 +158,17 @@ fn compile_here(source: &str, manifest: &Manifest) -> Result<(Jit, usize), Runti
     let mut f = module.get_first_function();
     while let Some(g) = f {
         if g.count_basic_blocks() > 0 {
+            // With AVX-512, 512-bit vector types are legal (LLVM may otherwise split a kernel's
+            // <8 x double> in two where it prefers 256-bit vectors).
+            let width = if features.contains("+avx512f") {
+                "512"
+            } else {
+                "256"
+            };
             for (k, v) in [
                 ("target-cpu", cpu.as_str()),
                 ("target-features", features.as_str()),
+                ("min-legal-vector-width", width),
             ] {
                 g.add_attribute(
                     inkwell::attributes::AttributeLoc::Function,

@@ -40,11 +40,31 @@ use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 /// instruction stream, for the core to overlap).
 const BATCH: u32 = 2;
 
-/// The lanes of a kernel in `precision`: 4 f64 or 8 f32 (one AVX2 register).
+/// The lanes of a kernel in `precision`: one vector register of the host's SIMD, chosen where
+/// the kernel is emitted (`nablac run` emits and runs it on one machine): 8 f64 or 16 f32 where
+/// the CPU has AVX-512 (`host_has_avx512`), else 4 f64 or 8 f32 (AVX2). The width never changes
+/// a result: every lane is one path, computed by the same instructions.
 pub fn lanes(precision: Precision) -> u32 {
-    match precision {
-        Precision::F64 => 4,
-        Precision::F32 => 8,
+    let per_512_bits = match precision {
+        Precision::F64 => 8,
+        Precision::F32 => 16,
+    };
+    if host_has_avx512() {
+        per_512_bits
+    } else {
+        per_512_bits / 2
+    }
+}
+
+/// Does this machine have AVX-512 (foundation)?
+pub fn host_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 

@@ -14,7 +14,7 @@
 //!
 //! The same statements as the Cranelift lowering (`crate::schedule::Schedule::plain`: price,
 //! forward with its tangent lanes, reverse with one adjoint lane per output), each value a
-//! `<W x T>` vector of W paths (`lower::lanes`: 4 f64 or 8 f32). Arithmetic is the rule
+//! `<W x T>` vector of W paths (`lower::lanes`: 8 f64 or 16 f32 with AVX-512, else 4 or 8). Arithmetic is the rule
 //! table's, unfused and in the table's order, so it rounds as the Cranelift code does; the math
 //! functions are the module's own vector code (`math.rs`, each with a stated ulp bound that
 //! `tests.rs` checks against the host libm), so results differ from Cranelift's by those few
