@@ -214,21 +214,20 @@ pub const H200: CostModel = CostModel {
 };
 
 /// Fitted by `NABLAC=target/release/nablac python3 scripts/fit-cost.py --measure-cpu cpu.txt
-/// --paths 65536` then `--fit cpu cpu.txt` on this machine (2 vCPU AMD EPYC, AVX2; quiet), the
-/// default CPU back end (LLVM), f64, one thread, 2026-12-04 (BENCHMARKS.md). Reverse measured
-/// fastest on six of the seven tapes and the model chooses it there; on the European, forward
-/// measured 3.5% faster and the model calls it a tie (0.1%), taking reverse.
+/// --paths 65536` then `--fit cpu cpu.txt` on this machine (2 vCPU AMD EPYC with AVX-512, the
+/// LLVM back end's 8 f64 lanes), f64, one thread, quiet, 2026-12-04 16:15 UTC (BENCHMARKS.md):
+/// reverse measured fastest on all seven tapes and the model chooses it on all seven.
 pub const CPU: CostModel = CostModel {
-    name: "CPU (LLVM f64, one thread, 2026-12-04)",
+    name: "CPU (LLVM f64, AVX-512, one thread, 2026-12-04)",
     fitted: true,
-    draw: 9.3995e+00,
+    draw: 2.1199e+00,
     op: 0.0,
-    heavy: 3.6037e-01,
+    heavy: 3.2054e-01,
     tangent_op: 0.0,
-    tangent_multiply: 1.3832e-01,
-    adjoint_op: 1.5245e-01,
-    leaf: 1.7173e+01,
-    pressure: 4.8047e-03,
+    tangent_multiply: 6.1790e-02,
+    adjoint_op: 5.0819e-02,
+    leaf: 8.4239e+00,
+    pressure: 1.3361e-02,
     excess_live: 0.0,
 };
 
