@@ -445,8 +445,15 @@ fn auto_mode_compiles_the_cost_models_choice() {
         mode(&["a.bin", "--target", "cuda", "--segments", "8", "-o", "k.cu"]),
         "reverse"
     );
-    // --target and --precision are for explain --mode auto only.
-    let e = fails(&["explain", "a.bin", "--target", "cuda"], &d, 1);
+    // --target and --precision are for explain --mode auto only: alone they imply it, beside
+    // another mode they are refused.
+    let implied = ok(&["explain", "a.bin", "--target", "cuda"], &d);
+    assert!(implied.starts_with("auto mode"), "{implied}");
+    let e = fails(
+        &["explain", "a.bin", "--mode", "forward", "--target", "cuda"],
+        &d,
+        1,
+    );
     assert!(e.contains("--target is for --mode auto"), "{e}");
 }
 
@@ -1738,4 +1745,33 @@ fn a_huge_cpu_kernel_gets_the_linear_register_allocator_and_the_same_bits() {
         many["outputs"]["y"], one["outputs"]["y"],
         "the allocator never changes a bit"
     );
+}
+
+#[test]
+fn explain_for_the_cpu_target_reports_the_storage_slots() {
+    let d = scratch("slots");
+    ok(&["record", "asian", "--steps", "8", "-o", "a.bin"], &d);
+    // --target alone means --mode auto: what would be compiled for the target, and why.
+    let t = ok(&["explain", "a.bin", "--target", "cpu"], &d);
+    assert!(t.starts_with("auto mode"), "{t}");
+    let line = t
+        .lines()
+        .find(|l| l.starts_with("storage: "))
+        .expect("a storage line");
+    let slots: u32 = line["storage: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let j: Value =
+        serde_json::from_str(&ok(&["explain", "a.bin", "--target", "cpu", "--json"], &d)).unwrap();
+    let chosen = j["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kernel"] == j["kernel"])
+        .unwrap();
+    assert_eq!(chosen["work"]["storage_slots"], slots);
+    assert!(slots >= chosen["work"]["max_live"].as_u64().unwrap() as u32);
 }

@@ -46,6 +46,9 @@ pub struct Work {
     pub register_live: u32,
     /// Values held beyond the kernel's register budget (GPU targets: they spill).
     pub excess_live: u32,
+    /// Values, tangents and adjoints held at once (`maxlive::storage_slots`): the storage
+    /// slots a path needs where storage is reused by liveness (per SIMD lane on the CPU).
+    pub storage_slots: u32,
 }
 
 impl Work {
@@ -86,6 +89,7 @@ impl Work {
         w.max_live = max_live(schedule, nodes);
         w.register_live = w.max_live.min(registers);
         w.excess_live = w.max_live.saturating_sub(registers);
+        w.storage_slots = crate::schedule::maxlive::storage_slots(schedule, nodes);
         w
     }
 }
@@ -467,7 +471,7 @@ pub fn choice_text(c: &Choice) -> String {
         };
         let _ = writeln!(
             s,
-            "{} {:<13} {estimate}  draws {} ops {} heavy {} tangent ops {} adjoint ops {} leaves {} max_live {} over registers {}",
+            "{} {:<13} {estimate}  draws {} ops {} heavy {} tangent ops {} adjoint ops {} leaves {} max_live {} over registers {} storage slots {}",
             if e.kernel == c.kernel { '*' } else { ' ' },
             e.kernel,
             w.draws,
@@ -477,7 +481,8 @@ pub fn choice_text(c: &Choice) -> String {
             w.adjoint_ops,
             w.leaves,
             w.max_live,
-            w.excess_live
+            w.excess_live,
+            w.storage_slots
         );
     }
     s
@@ -536,6 +541,12 @@ output price = %5
         );
         assert_eq!(tight.excess_live, rev.max_live - 1);
         assert_eq!(tight.register_live, 1);
+        // Storage: price and forward hold only values and tangents (max_live counts both);
+        // reverse holds its 4 values (spot, z, exp, the price) and the seeded adjoint d5 when
+        // the sweep starts.
+        assert_eq!((price.max_live, price.storage_slots), (3, 3));
+        assert_eq!((fwd.max_live, fwd.storage_slots), (4, 4));
+        assert_eq!((rev.max_live, rev.storage_slots), (4, 5));
     }
 
     #[test]

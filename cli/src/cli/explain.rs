@@ -24,10 +24,12 @@ pub struct ExplainArgs {
     seg_len: Option<u32>,
     /// What to explain: the reverse kernel's checkpoint plan, forward mode's tangent directions
     /// (how many, and which inputs share each), or what `--mode auto` compiles for --target and
-    /// why (each candidate kernel's work and estimated cost).
+    /// why (each candidate kernel's work, storage slots and estimated cost) [default: reverse;
+    /// auto when --target or --precision is given].
     #[arg(long, value_enum, default_value = "reverse")]
     mode: ExplainMode,
-    /// The target `--mode auto` chooses for [default: cpu].
+    /// The target `--mode auto` chooses for [default: cpu]; on cpu it also reports the storage
+    /// the chosen kernel needs (slots of one SIMD vector each).
     #[arg(long, value_enum)]
     target: Option<TargetArg>,
     /// The precision `--mode auto` chooses for. Default: f64 on cpu, f32 on GPUs.
@@ -54,6 +56,11 @@ pub enum ExplainMode {
 }
 
 pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
+    // `explain TAPE --target T` asks what would be compiled for T: auto mode.
+    let implied_auto = !given.has("mode") && (given.has("target") || given.has("precision"));
+    if implied_auto {
+        return auto(args, given);
+    }
     if args.mode != ExplainMode::Auto {
         for (id, flag) in [("target", "--target"), ("precision", "--precision")] {
             if given.has(id) {
@@ -181,8 +188,31 @@ fn auto(args: &ExplainArgs, given: &Given) -> Result<()> {
     let text = if args.json {
         serde_json::to_string_pretty(&choice)?
     } else {
-        nablac::cost::choice_text(&choice).trim_end().to_string()
+        let mut t = nablac::cost::choice_text(&choice).trim_end().to_string();
+        if target == nablac::emit::Target::Cpu {
+            if let Some(e) = choice.estimates.iter().find(|e| e.kernel == choice.kernel) {
+                t.push_str(&cpu_storage(e.work.storage_slots, base.precision));
+            }
+        }
+        t
     };
     super::print_report(&text, false);
     Ok(())
+}
+
+/// The CPU kernel's storage, as `explain --target cpu` reports it: `slots` values, tangents and
+/// adjoints at once per path, each slot one SIMD vector of the LLVM back end's lanes.
+fn cpu_storage(slots: u32, precision: nablac::emit::Precision) -> String {
+    #[cfg(feature = "llvm")]
+    let lanes = nablac::llvm::lanes(precision);
+    #[cfg(not(feature = "llvm"))]
+    let lanes = 1u32;
+    let bytes = match precision {
+        nablac::emit::Precision::F64 => 8,
+        nablac::emit::Precision::F32 => 4,
+    };
+    format!(
+        "\nstorage: {slots} slots (the values, tangents and adjoints alive at once, storage reused by liveness), each {lanes} paths wide: {} KiB per call of {lanes} paths",
+        (u64::from(slots) * u64::from(lanes) * bytes).div_ceil(1024)
+    )
 }

@@ -36,6 +36,8 @@ struct Sim {
     pos: Vec<u32>,
     /// The value each name refers to now.
     current: HashMap<Var, usize>,
+    /// Also count adjoints (`storage_slots`): the lifetime index of each (node, lane) adjoint.
+    adjoints: Option<HashMap<(crate::tape::NodeId, super::Lane), usize>>,
 }
 
 impl Sim {
@@ -48,6 +50,21 @@ impl Sim {
         if let Some(Operand::Var(var)) = x {
             if let Some(&v) = self.current.get(&var) {
                 self.values[v].1 = self.values[v].1.max(t);
+            }
+        }
+    }
+
+    /// An adjoint written at step `t` (an accumulation reads it too): alive from its first
+    /// write, and to this step at least.
+    fn touch_adjoint(&mut self, key: (crate::tape::NodeId, super::Lane), t: usize) {
+        let Some(adj) = self.adjoints.as_mut() else {
+            return;
+        };
+        match adj.get(&key) {
+            Some(&v) => self.values[v].1 = self.values[v].1.max(t),
+            None => {
+                self.values.push((t, t));
+                adj.insert(key, self.values.len() - 1);
             }
         }
     }
@@ -86,6 +103,16 @@ impl Sim {
                     for x in adj.reads() {
                         self.read(Some(x), t);
                     }
+                    if self.adjoints.is_some() {
+                        self.touch_adjoint((adj.node, adj.lane), t);
+                        for to in adj.to.into_iter().flatten() {
+                            self.touch_adjoint((to, adj.lane), t);
+                        }
+                    }
+                }
+                Stmt::Seed { node, lane } if self.adjoints.is_some() => {
+                    let t = self.step(node.0);
+                    self.touch_adjoint((*node, *lane), t);
                 }
                 Stmt::Tangent(tan) => {
                     let t = self.step(tan.node.0);
@@ -97,8 +124,10 @@ impl Sim {
                 Stmt::Leaves(leaves) => {
                     let t = self.step(last);
                     for leaf in leaves {
-                        if let super::Leaf::Value(x) = *leaf {
-                            self.read(Some(x), t);
+                        match *leaf {
+                            super::Leaf::Value(x) => self.read(Some(x), t),
+                            super::Leaf::Adjoint(node, lane) => self.touch_adjoint((node, lane), t),
+                            _ => {}
                         }
                     }
                 }
@@ -141,10 +170,15 @@ impl Sim {
 }
 
 fn simulate(schedule: &Schedule, nodes: usize) -> Sim {
+    simulate_with(schedule, nodes, false)
+}
+
+fn simulate_with(schedule: &Schedule, nodes: usize, adjoints: bool) -> Sim {
     let mut sim = Sim {
         values: Vec::new(),
         pos: Vec::new(),
         current: HashMap::new(),
+        adjoints: adjoints.then(HashMap::new),
     };
     let last = nodes.saturating_sub(1) as u32;
     sim.run(&schedule.body, 0, last);
@@ -154,6 +188,18 @@ fn simulate(schedule: &Schedule, nodes: usize) -> Sim {
 /// The most forward values the kernel of `schedule` (for a tape of `nodes` nodes) holds at once.
 pub fn max_live(schedule: &Schedule, nodes: usize) -> u32 {
     simulate(schedule, nodes)
+        .alive()
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+}
+
+/// The storage a path of the kernel of `schedule` needs: the most values, tangents and adjoints
+/// alive at once (an adjoint from its first write, a seed or an accumulation, to its last read),
+/// so the slots a kernel that reuses storage by liveness holds per path (per SIMD lane on the
+/// CPU: LLVM's register allocator and stack colouring do the reuse).
+pub fn storage_slots(schedule: &Schedule, nodes: usize) -> u32 {
+    simulate_with(schedule, nodes, true)
         .alive()
         .into_iter()
         .max()
