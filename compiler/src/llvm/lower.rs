@@ -494,9 +494,10 @@ pub(super) fn lower<'ctx>(
     v: &Verified,
     opts: &crate::clif::Options,
     name: &str,
+    lanes: u32,
 ) -> Result<Module<'ctx>, LlvmError> {
     let m = cx.create_module("nablac");
-    build(cx, &m, v, opts, name).map_err(|e| LlvmError::Build(e.to_string()))?;
+    build(cx, &m, v, opts, name, lanes).map_err(|e| LlvmError::Build(e.to_string()))?;
     m.verify()
         .map_err(|e| LlvmError::Build(format!("the module does not verify: {e}")))?;
     Ok(m)
@@ -508,6 +509,7 @@ fn build<'ctx>(
     verified: &Verified,
     opts: &crate::clif::Options,
     name: &str,
+    w: u32,
 ) -> R<()> {
     let precision = opts.precision;
     let tape = verified.tape();
@@ -518,7 +520,6 @@ fn build<'ctx>(
             ..ScheduleOptions::new(opts.mode)
         },
     );
-    let w = lanes(precision);
     let t = Vt::new(cx, precision == Precision::F64, w);
     let (i64t, i32t) = (cx.i64_type(), cx.i32_type());
     let scalar = if t.f64 {

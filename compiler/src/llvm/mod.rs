@@ -53,12 +53,19 @@ pub enum LlvmError {
 }
 
 /// Prints the plain schedule of `v` into an LLVM module (see the module doc) and returns its IR
-/// text and manifest. Same tape and options give the same bytes.
+/// text and manifest, `lanes(precision)` paths per vector (this machine's SIMD). Same tape,
+/// options and machine give the same bytes.
 pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, LlvmError> {
+    emit_with_lanes(v, opts, lanes(opts.precision))
+}
+
+/// [`emit`] with `lanes` paths per vector (a power of two): every width gives each path the
+/// same bits; a width wider than the host's SIMD is split by LLVM, a narrower one wastes it.
+pub fn emit_with_lanes(v: &Verified, opts: &Options, lanes: u32) -> Result<Kernel, LlvmError> {
     check_size(v.tape())?;
     let mut manifest = manifest(v, opts);
     let cx = Context::create();
-    let module = lower::lower(&cx, v, opts, &manifest.entry_point)?;
+    let module = lower::lower(&cx, v, opts, &manifest.entry_point, lanes)?;
     let source = module.print_to_string().to_string();
     manifest.seal(&source);
     Ok(Kernel { source, manifest })

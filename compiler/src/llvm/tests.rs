@@ -614,3 +614,54 @@ fn threads_and_chunks_never_change_a_bit() {
         }
     }
 }
+
+/// Every SIMD width gives each path the same bits (a lane is a path, computed by the same
+/// instructions): the AVX2 width, the AVX-512 one and a narrow one, on corpus tapes in every
+/// mode and both precisions, whatever this machine's own width is.
+#[test]
+fn the_simd_width_never_changes_a_bit() {
+    use nablac_runtime::{Backend, RunOptions, Target};
+    let be = Backend::open(Target::Cpu).unwrap();
+    let cases: Vec<_> = crate::corpus::load(&crate::corpus::dir())
+        .unwrap()
+        .into_iter()
+        .filter(|c| ["asian8", "portfolio", "format2"].contains(&c.name.as_str()))
+        .collect();
+    assert_eq!(cases.len(), 3);
+    for case in &cases {
+        for mode in [Mode::Price, Mode::Forward, Mode::Reverse] {
+            for precision in [Precision::F64, Precision::F32] {
+                let o = Options {
+                    mode,
+                    precision,
+                    greek_stderr: true,
+                };
+                let avx2 = match precision {
+                    Precision::F64 => 4,
+                    Precision::F32 => 8,
+                };
+                let reports: Vec<_> = [2, avx2, 2 * avx2]
+                    .into_iter()
+                    .map(|w| {
+                        let k = emit_with_lanes(&case.tape, &o, w).unwrap();
+                        let lk = be.load(&k.source, &k.manifest).unwrap();
+                        let market = lk.default_market();
+                        be.run(&lk, &[market], 1_003, 11, &RunOptions::default())
+                            .unwrap()
+                            .remove(0)
+                    })
+                    .collect();
+                assert_eq!(
+                    reports[0], reports[1],
+                    "{} {mode:?} {precision:?}",
+                    case.name
+                );
+                assert_eq!(
+                    reports[1], reports[2],
+                    "{} {mode:?} {precision:?}",
+                    case.name
+                );
+            }
+        }
+    }
+}
