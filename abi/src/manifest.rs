@@ -196,14 +196,29 @@ fn is_one(n: &u32) -> bool {
 }
 
 impl Manifest {
-    /// f64 values one path (CPU) or one group (GPU partials) writes: `markets` blocks of `sums`.
-    pub fn row_len(&self) -> usize {
-        self.markets.max(1) as usize * self.sums.len()
+    /// Markets per dispatch (`markets`, at least 1).
+    pub fn fused_markets(&self) -> usize {
+        self.markets.max(1) as usize
     }
 
-    /// Values in the inputs buffer: `markets` rows of `inputs`, then `markets` blocks of `shifts`.
+    /// f64 values one path (CPU) or one group (GPU partials) writes: `markets` blocks of `sums`.
+    pub fn row_len(&self) -> usize {
+        self.fused_markets() * self.sums.len()
+    }
+
+    /// The market values at the start of the inputs buffer: `markets` rows of `inputs`.
+    pub fn market_values_len(&self) -> usize {
+        self.fused_markets() * self.inputs.len()
+    }
+
+    /// The shifts after them: `markets` blocks of `shifts`.
+    pub fn shifts_len(&self) -> usize {
+        self.fused_markets() * self.shifts.len()
+    }
+
+    /// Values in the inputs buffer: the market values, then the shifts.
     pub fn inputs_len(&self) -> usize {
-        self.markets.max(1) as usize * (self.inputs.len() + self.shifts.len())
+        self.market_values_len() + self.shifts_len()
     }
 
     /// The fingerprint of `source` under this manifest: SHA-256 over the source's bytes, a zero

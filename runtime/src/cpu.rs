@@ -145,8 +145,8 @@ fn load_llvm(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError
         _llvm: Some(jit),
         entry,
         precision: manifest.precision,
-        n_inputs: manifest.markets as usize * manifest.inputs.len(),
-        n_shifts: manifest.markets as usize * manifest.shifts.len(),
+        n_inputs: manifest.market_values_len(),
+        n_shifts: manifest.shifts_len(),
         row,
     })
 }
@@ -284,7 +284,7 @@ fn bad(what: impl Into<String>) -> RuntimeError {
 pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
     check_cpu_target(manifest)?;
     let row = row_len(manifest)?;
-    let n_inputs = manifest.markets as usize * manifest.inputs.len();
+    let n_inputs = manifest.market_values_len();
     let ty = match manifest.precision {
         Precision::F64 => types::F64,
         Precision::F32 => types::F32,
@@ -405,7 +405,7 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
         entry,
         precision: manifest.precision,
         n_inputs,
-        n_shifts: manifest.markets as usize * manifest.shifts.len(),
+        n_shifts: manifest.shifts_len(),
         row,
     })
 }

@@ -279,8 +279,7 @@ pub fn push_constants(
 /// The inputs buffer's values: the markets then the shifts (`Manifest::inputs_len`), given whole
 /// or as the markets alone (the shifts then 0); fails on any other length.
 pub fn input_values(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<f64>, GpuError> {
-    let markets = manifest.markets as usize;
-    let (n, full) = (markets * manifest.inputs.len(), manifest.inputs_len());
+    let (n, full) = (manifest.market_values_len(), manifest.inputs_len());
     if inputs.len() != n && inputs.len() != full {
         return Err(GpuError::Launch(format!(
             "{} input values for the kernel's {n} market values and {} shifts",

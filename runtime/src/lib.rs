@@ -297,7 +297,7 @@ impl Backend {
             self.check_market(kernel, mi, market)?;
         }
         let m = &kernel.manifest;
-        let fused = m.markets.max(1) as usize;
+        let fused = m.fused_markets();
         let mut reports = Vec::with_capacity(markets.len());
         for (g, group) in markets.chunks(fused).enumerate() {
             let first = g * fused;
@@ -333,7 +333,7 @@ impl Backend {
         market: &[f64],
     ) -> Result<Vec<f64>, RuntimeError> {
         let m = &kernel.manifest;
-        let (n, fused) = (m.inputs.len(), m.markets.max(1) as usize);
+        let (n, fused) = (m.inputs.len(), m.fused_markets());
         let values = if market.len() == n {
             market.repeat(fused)
         } else if market.len() == n * fused {
@@ -393,7 +393,7 @@ impl Backend {
         };
         let path0 = self.sums_of(kernel, values, seed, 1, 0..1, &quiet, (0, 1))?;
         let width = m.sums.len();
-        let mut shifts = Vec::with_capacity(m.markets as usize * m.shifts.len());
+        let mut shifts = Vec::with_capacity(m.shifts_len());
         for block in path0.chunks(width) {
             for name in &m.shifts {
                 let s =
@@ -441,7 +441,7 @@ impl Backend {
             )));
         }
         let m = &kernel.manifest;
-        let n_shifts = m.markets.max(1) as usize * m.shifts.len();
+        let n_shifts = m.shifts_len();
         if shifts.len() != n_shifts || shifts.iter().any(|c| !c.is_finite()) {
             return Err(RuntimeError::Run(format!(
                 "{} shifts for a kernel with {n_shifts}, all finite",
@@ -512,13 +512,13 @@ impl Backend {
     ) -> Result<Vec<Report>, RuntimeError> {
         let m = &kernel.manifest;
         let row = cpu::row_len(m)?;
-        let markets = m.markets.max(1) as usize;
-        if sums.len() != row || shifts.len() != markets * m.shifts.len() {
+        let markets = m.fused_markets();
+        if sums.len() != row || shifts.len() != m.shifts_len() {
             return Err(RuntimeError::Run(format!(
                 "{} sums and {} shifts for a kernel with {row} and {}",
                 sums.len(),
                 shifts.len(),
-                markets * m.shifts.len()
+                m.shifts_len()
             )));
         }
         let layout = m.layout().map_err(RuntimeError::Manifest)?;

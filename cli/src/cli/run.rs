@@ -284,7 +284,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         super::ladder::markets(&manifest, &market, &args.ladder)?
     };
     let plot_greek = plot_greek(args, &manifest)?;
-    let fused = manifest.markets.max(1) as usize;
+    let fused = manifest.fused_markets();
     let groups = markets.len().div_ceil(fused);
 
     let target = manifest.target;
@@ -532,7 +532,7 @@ struct JsonLadder<'a> {
     paths: u64,
     seed: u64,
     /// Markets per kernel launch (the kernel's `markets`).
-    fused_markets: u32,
+    fused_markets: usize,
     tape_hash: &'a str,
     kernel_hash: &'a str,
     cache_hit: Option<bool>,
@@ -556,7 +556,7 @@ fn print_ladder_json(
         mode: m.mode.name(),
         paths: args.paths,
         seed: args.seed,
-        fused_markets: m.markets.max(1),
+        fused_markets: m.fused_markets(),
         tape_hash: &m.tape_hash,
         kernel_hash: &m.fingerprint,
         cache_hit: cx.cache_hit,
@@ -584,7 +584,7 @@ fn print_ladder_table(reports: &[Report], markets: &[Vec<f64>], cx: &RunContext,
         m.target.name(),
         m.precision.name(),
         m.mode.name(),
-        m.markets.max(1),
+        m.fused_markets(),
         args.paths,
         args.seed,
         t.run,
