@@ -211,13 +211,13 @@ pub(crate) fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
 /// kernel of its laddered tape (`crate::ladder::expand`).
 pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     check_ranges(opts)?;
-    let laddered;
+    let fused;
     let tape = match &opts.ladder {
-        Some(spec) if spec.markets != 1 => {
-            laddered = crate::ladder::expand(tape, spec)?;
-            &laddered
+        Some(spec) => {
+            fused = crate::ladder::fuse(tape, spec)?;
+            &*fused
         }
-        _ => tape,
+        None => tape,
     };
     let refuse = |option, why| {
         Err(CompileError::NotForTarget {

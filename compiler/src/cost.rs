@@ -299,24 +299,11 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
             segments,
             ..base.clone()
         };
-        let schedule = Schedule::build(
-            tape,
-            plan,
-            ScheduleOptions {
-                mode,
-                opaque_math: crate::passes::opaque_math_arguments(base.target),
-                greek_stderr: base.greek_stderr,
-            },
-        );
-        let registers = match base.target {
-            Target::Cpu => u32::MAX,
-            _ => registers(&opts, plan),
-        };
-        let work = Work::of(&schedule, tape.len(), registers);
+        let (segments, work) = kernel_work(tape, plan, &opts);
         estimates.push(Estimate {
             kernel,
             mode,
-            segments: schedule.segments as u32,
+            segments,
             ns_per_path: model.ns_per_path(&work),
             work,
         });
@@ -390,34 +377,12 @@ pub fn fused_markets(
     let top = count.clamp(1, crate::ladder::MAX_MARKETS);
     let mut estimates = Vec::new();
     for m in 1..=top {
-        let laddered;
-        let t = if m == 1 {
-            tape
-        } else {
-            laddered = crate::ladder::expand(
-                tape,
-                &crate::ladder::LadderSpec {
-                    markets: m,
-                    varying: varying.clone(),
-                },
-            )?;
-            &laddered
+        let spec = crate::ladder::LadderSpec {
+            markets: m,
+            varying: varying.clone(),
         };
-        let plan = crate::passes::plan(t, &opts.segments);
-        let schedule = Schedule::build(
-            t,
-            &plan,
-            ScheduleOptions {
-                mode: opts.mode,
-                opaque_math: crate::passes::opaque_math_arguments(opts.target),
-                greek_stderr: opts.greek_stderr,
-            },
-        );
-        let registers = match opts.target {
-            Target::Cpu => u32::MAX,
-            _ => registers(opts, &plan),
-        };
-        let work = Work::of(&schedule, t.len(), registers);
+        let t = crate::ladder::fuse(tape, &spec)?;
+        let (_, work) = kernel_work(&t, &crate::passes::plan(&t, &opts.segments), opts);
         let groups = count.max(1).div_ceil(m);
         estimates.push(FusedEstimate {
             markets: m,
@@ -436,6 +401,27 @@ pub fn fused_markets(
         estimates.iter().rev().find(|e| e.work.excess_live <= one)
     };
     Ok((best.map_or(1, |e| e.markets), estimates))
+}
+
+/// The segment count and work of the kernel `opts` compiles `tape` to under `plan`.
+fn kernel_work(tape: &Verified, plan: &crate::plan::Plan, opts: &CompileOptions) -> (u32, Work) {
+    let schedule = Schedule::build(
+        tape,
+        plan,
+        ScheduleOptions {
+            mode: opts.mode,
+            opaque_math: crate::passes::opaque_math_arguments(opts.target),
+            greek_stderr: opts.greek_stderr,
+        },
+    );
+    let registers = match opts.target {
+        Target::Cpu => u32::MAX,
+        _ => registers(opts, plan),
+    };
+    (
+        schedule.segments as u32,
+        Work::of(&schedule, tape.len(), registers),
+    )
 }
 
 /// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA

@@ -174,6 +174,19 @@ pub fn expand(tape: &Verified, spec: &LadderSpec) -> Result<Verified, LadderErro
     Ok(v.with_ladder(ladder))
 }
 
+/// `tape` fused under `spec`: its laddered tape ([`expand`]) for more than one market, the tape
+/// itself (no ladder, a one-market kernel) for one.
+pub fn fuse<'a>(
+    tape: &'a Verified,
+    spec: &LadderSpec,
+) -> Result<std::borrow::Cow<'a, Verified>, LadderError> {
+    Ok(if spec.markets == 1 {
+        std::borrow::Cow::Borrowed(tape)
+    } else {
+        std::borrow::Cow::Owned(expand(tape, spec)?)
+    })
+}
+
 /// Node `a`'s laddered id in market m (its only id when shared).
 fn at(copies: &[Vec<NodeId>], a: NodeId, m: usize) -> NodeId {
     let ids = &copies[a.index()];
@@ -181,18 +194,6 @@ fn at(copies: &[Vec<NodeId>], a: NodeId, m: usize) -> NodeId {
 }
 
 impl Ladder {
-    /// The identity ladder of a one-market tape.
-    pub fn single(tape: &Tape) -> Ladder {
-        Ladder {
-            markets: 1,
-            varying: vec![false; tape.inputs.len()],
-            base: tape.clone(),
-            input_slot: (0..tape.inputs.len() as u32).collect(),
-            input_of: vec![(0..tape.inputs.len() as u32).collect()],
-            output_of: vec![(0..tape.outputs.len()).collect()],
-        }
-    }
-
     /// The names of the inputs that vary across the markets, in input order.
     pub fn varying_names(&self) -> Vec<String> {
         self.base

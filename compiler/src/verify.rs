@@ -58,6 +58,14 @@ impl Verified {
         self.ladder.as_ref().map_or(1, |l| l.markets)
     }
 
+    /// The inputs that may differ between the markets of a laddered tape (empty otherwise), in
+    /// input order: the manifest's `ladder_inputs`.
+    pub fn ladder_inputs(&self) -> Vec<String> {
+        self.ladder
+            .as_ref()
+            .map_or(Vec::new(), |l| l.varying_names())
+    }
+
     /// The tape whose names, defaults and hash a host sees: the one-market tape of a laddered
     /// tape, else this one.
     pub fn base(&self) -> &Tape {

@@ -140,7 +140,7 @@ pub fn manifest(v: &Verified, opts: &Options) -> Manifest {
         precision: opts.precision,
         inputs: tape.inputs.iter().map(|i| i.name.clone()).collect(),
         markets,
-        ladder_inputs: v.ladder().map_or(Vec::new(), |l| l.varying_names()),
+        ladder_inputs: v.ladder_inputs(),
         input_defaults: tape.inputs.iter().map(|i| i.value).collect(),
         outputs: tape.outputs.iter().map(|o| o.name.clone()).collect(),
         params: params(opts, tape, markets as usize * sums.len()),

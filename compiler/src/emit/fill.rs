@@ -65,7 +65,7 @@ pub(super) fn build(
         precision: opts.precision,
         inputs: base.inputs.iter().map(|i| i.name.clone()).collect(),
         markets,
-        ladder_inputs: v.ladder().map_or(Vec::new(), |l| l.varying_names()),
+        ladder_inputs: v.ladder_inputs(),
         input_defaults: base.inputs.iter().map(|i| i.value).collect(),
         outputs: base.outputs.iter().map(|o| o.name.clone()).collect(),
         params: params(opts, markets as usize * sums.len(), scratch_slots),
