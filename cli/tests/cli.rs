@@ -1542,6 +1542,27 @@ fn a_ladder_runs_fused_and_each_market_has_the_bits_of_a_single_run() {
         &d,
     );
     assert_eq!(t.lines().count(), 2 + 3, "{t}");
+    // `--plot -`: the SVG on standard output, the table on standard error (as explain does).
+    let piped = nablac(
+        &[
+            "run",
+            "e.bin",
+            "--paths",
+            "4096",
+            "--ladder",
+            "spot=90:110:3",
+            "--plot",
+            "-",
+        ],
+        &d,
+    );
+    assert!(piped.status.success());
+    assert!(piped.stdout.starts_with(b"<svg"));
+    assert_eq!(
+        String::from_utf8_lossy(&piped.stderr).lines().count(),
+        2 + 3,
+        "the table on standard error"
+    );
     let svg = std::fs::read_to_string(d.join("l.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("d value / d spot"),

@@ -1,7 +1,6 @@
 //! `nablac explain TAPE [--segments N] [--json] [--plot FILE.svg]`: the checkpoint plan.
 
-use super::output::Staged;
-use super::{is_stdio, CheckpointArg, Given, PrecisionArg, TapeArg, TargetArg};
+use super::{CheckpointArg, Given, PrecisionArg, TapeArg, TargetArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -100,16 +99,7 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
         return Ok(());
     }
     if let Some(p) = &args.plot {
-        let svg = p
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-        if !svg && !is_stdio(p) {
-            bail!(
-                "--plot writes SVG: name the file FILE.svg (or - for standard output), not {}",
-                p.display()
-            );
-        }
+        super::check_svg_name(p)?;
     }
     super::honour::check_segmenting(
         &super::honour::Segmenting {
@@ -128,18 +118,10 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
     };
     let plan = nablac::passes::plan(&tape, &opts);
     let explain = nablac::passes::explain(&tape, &plan);
-    let mut plot_on_stdout = false;
-    if let Some(path) = &args.plot {
-        let svg = nablac::passes::explain_svg(&tape, &plan);
-        if is_stdio(path) {
-            super::output::write_stdout(svg.as_bytes())?;
-            plot_on_stdout = true;
-        } else {
-            let mut out = Staged::new();
-            out.write(path, svg.as_bytes())?;
-            out.commit()?;
-        }
-    }
+    let plot_on_stdout = match &args.plot {
+        Some(path) => super::write_svg(path, &nablac::passes::explain_svg(&tape, &plan))?,
+        None => false,
+    };
     let text = if args.json {
         serde_json::to_string_pretty(&explain)?
     } else {

@@ -77,38 +77,8 @@ pub fn parse_ladder(s: &str) -> Result<LadderArg, String> {
 /// first `--ladder` outermost, the last innermost. Refuses an unknown or repeated input and a
 /// grid of more than [`MAX_LADDER_MARKETS`] markets.
 pub fn markets(manifest: &Manifest, base: &[f64], ladders: &[LadderArg]) -> Result<Vec<Vec<f64>>> {
-    let mut index = Vec::with_capacity(ladders.len());
-    for (k, l) in ladders.iter().enumerate() {
-        let Some(i) = manifest.inputs.iter().position(|n| *n == l.name) else {
-            bail!(
-                "--ladder {}: the tape has no input {} (inputs: {})",
-                l.name,
-                l.name,
-                manifest.inputs.join(", ")
-            );
-        };
-        if ladders[..k].iter().any(|p| p.name == l.name) {
-            bail!(
-                "--ladder {}: laddered twice; give each input one --ladder",
-                l.name
-            );
-        }
-        index.push(i);
-    }
-    let total = ladders
-        .iter()
-        .try_fold(1usize, |n, l| n.checked_mul(l.count as usize))
-        .filter(|&n| n <= MAX_LADDER_MARKETS);
-    let Some(total) = total else {
-        bail!(
-            "the ladder asks for {} markets; at most {MAX_LADDER_MARKETS} run in one command",
-            ladders
-                .iter()
-                .map(|l| l.count.to_string())
-                .collect::<Vec<_>>()
-                .join(" x ")
-        );
-    };
+    let index = indices(&manifest.inputs, ladders)?;
+    let total = count(ladders)?;
     let mut out = vec![base.to_vec()];
     for (l, &i) in ladders.iter().zip(&index) {
         let values = l.values();
@@ -125,6 +95,48 @@ pub fn markets(manifest: &Manifest, base: &[f64], ladders: &[LadderArg]) -> Resu
     }
     debug_assert_eq!(out.len(), total);
     Ok(out)
+}
+
+/// Each ladder's input index in `inputs`; refuses an unknown or repeated input.
+pub fn indices(inputs: &[String], ladders: &[LadderArg]) -> Result<Vec<usize>> {
+    let mut index = Vec::with_capacity(ladders.len());
+    for (k, l) in ladders.iter().enumerate() {
+        let Some(i) = inputs.iter().position(|n| *n == l.name) else {
+            bail!(
+                "--ladder {}: the tape has no input {} (inputs: {})",
+                l.name,
+                l.name,
+                inputs.join(", ")
+            );
+        };
+        if ladders[..k].iter().any(|p| p.name == l.name) {
+            bail!(
+                "--ladder {}: laddered twice; give each input one --ladder",
+                l.name
+            );
+        }
+        index.push(i);
+    }
+    Ok(index)
+}
+
+/// The grid's market count; refuses more than [`MAX_LADDER_MARKETS`].
+pub fn count(ladders: &[LadderArg]) -> Result<usize> {
+    let total = ladders
+        .iter()
+        .try_fold(1usize, |n, l| n.checked_mul(l.count as usize))
+        .filter(|&n| n <= MAX_LADDER_MARKETS);
+    let Some(total) = total else {
+        bail!(
+            "the ladder asks for {} markets; at most {MAX_LADDER_MARKETS} run in one command",
+            ladders
+                .iter()
+                .map(|l| l.count.to_string())
+                .collect::<Vec<_>>()
+                .join(" x ")
+        );
+    };
+    Ok(total)
 }
 
 /// An SVG of each output's value (with ±1 standard error bars) and of its Greek with respect to

@@ -388,6 +388,34 @@ pub fn parse_market(s: &str) -> Result<(String, f64), String> {
     Ok((name.trim().to_string(), v))
 }
 
+/// Refuses a `--plot` path that is neither `-` nor named `*.svg` (the plots are SVG).
+pub fn check_svg_name(p: &Path) -> anyhow::Result<()> {
+    let svg = p
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if !svg && !is_stdio(p) {
+        anyhow::bail!(
+            "--plot writes SVG: name the file FILE.svg (or - for standard output), not {}",
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes a `--plot` SVG to `path` (staged: nothing half-written) or to standard output for
+/// `-`; returns whether standard output now carries it (the report then goes to standard error).
+pub fn write_svg(path: &Path, svg: &str) -> anyhow::Result<bool> {
+    if is_stdio(path) {
+        output::write_stdout(svg.as_bytes())?;
+        return Ok(true);
+    }
+    let mut out = output::Staged::new();
+    out.write(path, svg.as_bytes())?;
+    out.commit()?;
+    Ok(false)
+}
+
 /// Is `p` the name `-` (standard input or output)?
 pub fn is_stdio(p: &Path) -> bool {
     p.as_os_str() == "-"

@@ -8,7 +8,7 @@ use nablac::emit::{Manifest, Target};
 use nablac_runtime::{Backend, Progress, Report, RunOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -194,28 +194,14 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         super::honour::check_compile(target, &args.opts, given)?;
         let tape = super::parse_tape(&args.input, &bytes)?;
         let laddered: Vec<&str> = args.ladder.iter().map(|l| l.name.as_str()).collect();
-        for l in &args.ladder {
-            if !tape.inputs.iter().any(|i| i.name == l.name) {
-                bail!(
-                    "--ladder {}: the tape has no input {} (inputs: {})",
-                    l.name,
-                    l.name,
-                    tape.inputs
-                        .iter()
-                        .map(|i| i.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-        }
+        // Checked before compiling: the names, and the grid's size.
+        let names: Vec<String> = tape.inputs.iter().map(|i| i.name.clone()).collect();
+        super::ladder::indices(&names, &args.ladder)?;
+        let count = super::ladder::count(&args.ladder)?;
         let mut o = super::compile::resolved_options(&tape, target, &args.opts, given, &laddered)?;
         if !args.ladder.is_empty() && args.opts.markets.is_none() {
             // The measured rule: as many markets per kernel as pay (nablac::cost::fused_markets).
-            let count = args
-                .ladder
-                .iter()
-                .fold(1u32, |n, l| n.saturating_mul(l.count));
-            let (fused, _) = nablac::cost::fused_markets(&tape, &o, count)
+            let (fused, _) = nablac::cost::fused_markets(&tape, &o, count as u32)
                 .with_context(|| format!("cannot compile {name}"))?;
             if let Some(l) = &mut o.ladder {
                 l.markets = fused;
@@ -378,33 +364,38 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         cache_hit,
         timings,
     };
-    if let Some(path) = &args.plot {
-        let svg = super::ladder::svg(
-            &manifest,
-            &args.ladder,
-            &markets,
-            &reports,
-            plot_greek.as_deref(),
-        )?;
-        if is_stdio(path) {
-            super::output::write_stdout(svg.as_bytes())?;
-            return Ok(());
-        }
-        let mut out = super::output::Staged::new();
-        out.write(path, svg.as_bytes())?;
-        out.commit()?;
-    }
+    // The report goes to standard output, or to standard error when `--plot -` took it.
+    let plot_on_stdout = match &args.plot {
+        Some(path) => super::write_svg(
+            path,
+            &super::ladder::svg(
+                &manifest,
+                &args.ladder,
+                &markets,
+                &reports,
+                plot_greek.as_deref(),
+            )?,
+        )?,
+        None => false,
+    };
+    let mut out: Box<dyn Write> = if plot_on_stdout {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
+    let out = &mut *out;
     if args.ladder.is_empty() {
         if args.json {
-            print_json(&reports[0], &cx, args)?;
+            print_json(out, &reports[0], &cx, args)?;
         } else {
-            print_table(&reports[0], &cx, args);
+            print_table(out, &reports[0], &cx, args)?;
         }
     } else if args.json {
-        print_ladder_json(&reports, &markets, &cx, args)?;
+        print_ladder_json(out, &reports, &markets, &cx, args)?;
     } else {
-        print_ladder_table(&reports, &markets, &cx, args);
+        print_ladder_table(out, &reports, &markets, &cx, args)?;
     }
+    out.flush().context("cannot write the report")?;
     Ok(())
 }
 
@@ -413,16 +404,7 @@ fn plot_greek(args: &RunArgs, m: &Manifest) -> Result<Option<String>> {
     let Some(path) = &args.plot else {
         return Ok(None);
     };
-    let svg = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    if !svg && !is_stdio(path) {
-        bail!(
-            "--plot writes SVG: name the file FILE.svg (or - for standard output), not {}",
-            path.display()
-        );
-    }
+    super::check_svg_name(path)?;
     if m.mode == nablac::emit::Mode::Price {
         if let Some(g) = &args.plot_greek {
             bail!("--plot-greek {g}: a price kernel has no Greeks (compile with --mode reverse, forward or auto)");
@@ -543,6 +525,7 @@ struct JsonLadder<'a> {
 }
 
 fn print_ladder_json(
+    out: &mut dyn Write,
     reports: &[Report],
     markets: &[Vec<f64>],
     cx: &RunContext,
@@ -570,16 +553,23 @@ fn print_ladder_json(
             .collect(),
         timings: cx.timings,
     };
-    println!("{}", serde_json::to_string_pretty(&j)?);
+    writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
     Ok(())
 }
 
 /// One row per market: the laddered inputs, then each output's value ± standard error and
 /// its Greeks.
-fn print_ladder_table(reports: &[Report], markets: &[Vec<f64>], cx: &RunContext, args: &RunArgs) {
+fn print_ladder_table(
+    out: &mut dyn Write,
+    reports: &[Report],
+    markets: &[Vec<f64>],
+    cx: &RunContext,
+    args: &RunArgs,
+) -> Result<()> {
     let (m, t) = (cx.manifest, cx.timings);
     let n = markets.len();
-    println!(
+    writeln!(
+            out,
         "{} {} {} ladder of {n} markets ({} per launch), {} paths each, seed {}, {:.3} s ({:.2} M market-paths/s)",
         m.target.name(),
         m.precision.name(),
@@ -589,7 +579,7 @@ fn print_ladder_table(reports: &[Report], markets: &[Vec<f64>], cx: &RunContext,
         args.seed,
         t.run,
         args.paths as f64 * n as f64 / t.run / 1e6
-    );
+    )?;
     let mut head: Vec<String> = args
         .ladder
         .iter()
@@ -603,7 +593,7 @@ fn print_ladder_table(reports: &[Report], markets: &[Vec<f64>], cx: &RunContext,
             }
         }
     }
-    println!("{}", head.join(" "));
+    writeln!(out, "{}", head.join(" "))?;
     for (r, mk) in reports.iter().zip(markets) {
         let mut row: Vec<String> = args
             .ladder
@@ -617,11 +607,12 @@ fn print_ladder_table(reports: &[Report], markets: &[Vec<f64>], cx: &RunContext,
                 row.push(format!("{g:>22.15}"));
             }
         }
-        println!("{}", row.join(" "));
+        writeln!(out, "{}", row.join(" "))?;
     }
+    Ok(())
 }
 
-fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
+fn print_json(out: &mut dyn Write, report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
     let m = cx.manifest;
     let outputs = outputs_json(report, m);
     let j = JsonReport {
@@ -640,13 +631,19 @@ fn print_json(report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
     };
     // serde_json prints f64 with the shortest representation that parses back to the same bits,
     // and NaN and the infinities as null.
-    println!("{}", serde_json::to_string_pretty(&j)?);
+    writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
     Ok(())
 }
 
-fn print_table(report: &Report, cx: &RunContext, args: &RunArgs) {
+fn print_table(
+    out: &mut dyn Write,
+    report: &Report,
+    cx: &RunContext,
+    args: &RunArgs,
+) -> Result<()> {
     let (m, t) = (cx.manifest, cx.timings);
-    println!(
+    writeln!(
+        out,
         "{} {} {} {} paths, seed {}, {:.3} s ({:.2} Mpaths/s)",
         m.target.name(),
         m.precision.name(),
@@ -655,18 +652,19 @@ fn print_table(report: &Report, cx: &RunContext, args: &RunArgs) {
         args.seed,
         t.run,
         args.paths as f64 / t.run / 1e6
-    );
+    )?;
     if m.target == Target::Cpu {
-        println!("load {:.3} s (compile and JIT)", t.load);
+        writeln!(out, "load {:.3} s (compile and JIT)", t.load)?;
     } else {
-        println!(
+        writeln!(
+            out,
             "load {:.3} s (compile and driver compile{}); run: device {:.3} s, assembly {:.3} s, other {:.3} s",
             t.load,
             if cx.cache_hit == Some(true) { ", cached" } else { "" },
             t.device,
             t.assembly,
             (t.run - t.device - t.assembly).max(0.0)
-        );
+        )?;
     }
     for o in &report.outputs {
         let left_out = if o.non_finite > 0 {
@@ -674,15 +672,17 @@ fn print_table(report: &Report, cx: &RunContext, args: &RunArgs) {
         } else {
             String::new()
         };
-        println!(
+        writeln!(
+            out,
             "{:<12} {:>22.15} ± {:.3e}{left_out}",
             o.name, o.value, o.stderr
-        );
+        )?;
         for (k, (input, g)) in o.greeks.iter().enumerate() {
             match o.greek_stderr.get(k) {
-                Some(se) => println!("  d/d{:<9} {:>22.15} ± {:.3e}", input, g, se),
-                None => println!("  d/d{:<9} {:>22.15}", input, g),
+                Some(se) => writeln!(out, "  d/d{:<9} {:>22.15} ± {:.3e}", input, g, se)?,
+                None => writeln!(out, "  d/d{:<9} {:>22.15}", input, g)?,
             }
         }
     }
+    Ok(())
 }
