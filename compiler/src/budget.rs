@@ -3,7 +3,8 @@
 //!
 //! A reverse kernel runs one adjoint lane per output over that output's differentiable cone, so
 //! its size is the sum of the cones (outputs x nodes at worst: 8,000 outputs on a 16,000-node
-//! chain came to 96 million statements and ran out of memory past 13 GB). A forward kernel's
+//! chain, `python3 scripts/chain-tape.py 16000 8000`, came to 96 million statements and, before
+//! this budget, ran out of memory past 13 GB; now `nablac T --target cuda --mode reverse` says so). A forward kernel's
 //! size is its directions x the active nodes; a price kernel's, its nodes. Guarantee: every mode
 //! whose count is at most [`STATEMENT_BUDGET`] is built; a count over it is an error that says
 //! which mode would fit.

@@ -49,8 +49,10 @@ pub enum CpuBackend {
 /// optimiser takes time quadratic in a dependency chain's length (and recurses once per link,
 /// `ReassociatePass::getRank`, which is why the runtime gives it a thread with a deep stack):
 /// on this machine a chain of 40,000 nodes ran in 2.0 s, 100,000 in 9.5 s, 200,000 in 37 s
-/// (`nablac run CHAIN --paths 100`, load included). Cranelift is linear (400,000 nodes in
-/// 2.3 s, 1,000,000 in 7.6 s), so larger tapes go to it.
+/// (`python3 scripts/chain-tape.py N > c.ntape; nablac run c.ntape --paths 100`, load included,
+/// measured before this limit existed; 40,000 again at the review: 2.5 s). Cranelift is linear
+/// (400,000 nodes in 2.3 s, 1,000,000 in 7.6 s, 11.7 s at the review on a busier machine), so
+/// larger tapes go to it.
 pub const LLVM_MAX_NODES: usize = 50_000;
 
 impl CpuBackend {
