@@ -62,6 +62,27 @@ fn smoke_cuda_compiles_to_sm90_without_spills() {
     assert!(r.registers > 0 && r.registers <= 255, "{r:?}");
 }
 
+/// The runtime's own kernel, the device part of the partials' tree (runtime gpu::DeviceTree),
+/// through NVRTC + ptxas and PoCL like every generated kernel. Its one local array is the
+/// pairwise stack (a stack frame, no spill).
+#[test]
+fn the_runtimes_tree_kernels_compile() {
+    use nablac_runtime::gpu::DeviceTree;
+    if let Some(r) = check(toolchain::ptxas_report(DeviceTree::CUDA, DeviceTree::ENTRY)) {
+        assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{r:?}");
+    }
+    if let Some(b) = check(toolchain::opencl_build(
+        DeviceTree::OPENCL,
+        "-cl-std=CL1.2",
+        "tree_rows.cl",
+    )) {
+        assert_eq!(b.kernels, [DeviceTree::ENTRY], "on {}", b.device);
+    }
+    if let Some(spv) = check(toolchain::glsl_to_spirv(DeviceTree::GLSL, "tree_rows.comp")) {
+        assert_eq!(spv[..4], SPIRV_MAGIC, "not a SPIR-V module");
+    }
+}
+
 /// A check that reports failure must carry the compiler's message, not just "failed".
 #[test]
 fn compiler_errors_carry_the_compilers_message() {

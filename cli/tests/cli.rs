@@ -507,7 +507,14 @@ fn run_on_the_cpu_is_deterministic_and_matches_a_compiled_kernel() {
         results(&b),
         "thread count never changes a result"
     );
-    for t in ["load", "run", "device", "assembly"] {
+    for t in [
+        "load",
+        "run",
+        "device",
+        "assembly",
+        "transfer",
+        "allocation",
+    ] {
         assert!(a["timings"][t].as_f64().unwrap() >= 0.0, "timings.{t}");
     }
     assert!(a["timings"]["run"].as_f64().unwrap() > 0.0);

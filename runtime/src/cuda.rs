@@ -32,23 +32,32 @@ pub struct Kernel {
     manifest: Manifest,
     func: CudaFunction,
     _module: Arc<cudarc::driver::CudaModule>,
+    /// `gpu::DeviceTree::CUDA`, loaded with the kernel (so its compile counts as loading).
+    tree: CudaFunction,
+    _tree_module: Arc<cudarc::driver::CudaModule>,
     clock: gpu::Clock,
     buffers: Mutex<Buffers>,
 }
 
 /// What a kernel's runs reuse, grown on demand and never shrunk: the device partials of one
-/// dispatch, the host table of a whole range's partials (summed in place) and the scratch
-/// buffer. The host table is pageable: page-locking 7 MB cost more than it saved in a one-run
-/// `nablac run` process on the H200 (BENCHMARKS.md, 2026-12-04). None of them is cleared between
+/// dispatch, a device tree's rows, the host table (a whole run's tree rows, or a range's
+/// partials; summed in place) and the scratch buffer. The host table is pageable: page-locking
+/// it cost more than it saved in a one-run `nablac run` process on the H200 (BENCHMARKS.md,
+/// 2026-12-04), and a whole run downloads only its tree rows. None of them is cleared between
 /// runs: every group writes each of its sums (the ABI), and a path writes a scratch slot before
 /// it reads it.
 #[derive(Default)]
 struct Buffers {
     partials: Option<CudaSlice<f64>>,
+    /// A `gpu::DeviceTree`'s output rows.
+    tree: Option<CudaSlice<f64>>,
     host: Vec<f64>,
     /// Scratch as 8-byte words (the kernel sees a pointer to its precision).
     scratch: Option<CudaSlice<f64>>,
 }
+
+/// A reused device buffer (`Buffers`).
+type Slot = Option<CudaSlice<f64>>;
 
 /// `slot` holding at least `len` elements: the one there, or a new one from `alloc`.
 fn grown<T, E>(
@@ -303,6 +312,24 @@ impl Device {
         Ok(cubin)
     }
 
+    /// `source` compiled (cached) and loaded, and its function `entry`.
+    fn module(
+        &self,
+        source: &str,
+        entry: &str,
+        options: &[String],
+    ) -> Result<(Arc<cudarc::driver::CudaModule>, CudaFunction), GpuError> {
+        let cubin = self.compile(source, entry, options)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(|e| self.err("cuModuleLoadData", e))?;
+        let func = module
+            .load_function(entry)
+            .map_err(|e| self.err(&format!("cuModuleGetFunction({entry})"), e))?;
+        Ok((module, func))
+    }
+
     /// Compiles `source` (target `cuda`) with NVRTC (cached) and loads its entry point.
     pub fn load(&self, source: &str, manifest: &Manifest) -> Result<Kernel, GpuError> {
         if manifest.target != Target::Cuda {
@@ -312,18 +339,15 @@ impl Device {
             )));
         }
         let options = crate::manifest::compile_options(Target::Cuda);
-        let cubin = self.compile(source, &manifest.entry_point, &options)?;
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
-            .map_err(|e| self.err("cuModuleLoadData", e))?;
-        let func = module
-            .load_function(&manifest.entry_point)
-            .map_err(|e| self.err(&format!("cuModuleGetFunction({})", manifest.entry_point), e))?;
+        let (module, func) = self.module(source, &manifest.entry_point, &options)?;
+        let (tree_module, tree) =
+            self.module(gpu::DeviceTree::CUDA, gpu::DeviceTree::ENTRY, &[])?;
         Ok(Kernel {
             manifest: manifest.clone(),
             func,
             _module: module,
+            tree,
+            _tree_module: tree_module,
             clock: gpu::Clock::default(),
             buffers: Mutex::default(),
         })
@@ -344,20 +368,21 @@ impl Device {
             gpu::plan_dispatches(m.workgroup_size, paths, &range, gpu::MAX_PATHS_PER_DISPATCH)?;
         let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());
         let b = &mut *buffers;
-        let (partials, scratch) = (&mut b.partials, &mut b.scratch);
+        let bufs = (&mut b.partials, &mut b.scratch, &mut b.tree);
         match m.precision {
             Precision::F32 => {
                 let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
-                let dev = self
-                    .stream
-                    .clone_htod(&v[..])
+                let dev = k
+                    .clock
+                    .transfer(|| self.stream.clone_htod(&v[..]))
                     .map_err(|e| self.err("cuMemcpyHtoD", e))?;
-                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, t, out| {
                     self.launch(
                         k,
-                        (&mut *partials, &mut *scratch),
+                        (&mut *bufs.0, &mut *bufs.1, &mut *bufs.2),
                         &dev,
                         d,
+                        t,
                         paths,
                         seed,
                         out,
@@ -365,16 +390,17 @@ impl Device {
                 })
             }
             Precision::F64 => {
-                let dev = self
-                    .stream
-                    .clone_htod(inputs)
+                let dev = k
+                    .clock
+                    .transfer(|| self.stream.clone_htod(inputs))
                     .map_err(|e| self.err("cuMemcpyHtoD", e))?;
-                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, t, out| {
                     self.launch(
                         k,
-                        (&mut *partials, &mut *scratch),
+                        (&mut *bufs.0, &mut *bufs.1, &mut *bufs.2),
                         &dev,
                         d,
+                        t,
                         paths,
                         seed,
                         out,
@@ -384,28 +410,35 @@ impl Device {
         }
     }
 
-    /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s).
+    /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s),
+    /// or with `tree`, that tree of them (`tree.out_rows() * n_sums`).
     #[allow(clippy::too_many_arguments)]
     fn launch<T: cudarc::driver::DeviceRepr>(
         &self,
         k: &Kernel,
-        (partials, scratch): (&mut Option<CudaSlice<f64>>, &mut Option<CudaSlice<f64>>),
+        (partials, scratch, tree_rows): (&mut Slot, &mut Slot, &mut Slot),
         inputs: &CudaSlice<T>,
         d: gpu::Dispatch,
+        tree: Option<gpu::DeviceTree>,
         paths: u64,
         seed: u64,
         out: &mut [f64],
     ) -> Result<(), GpuError> {
         let m = &k.manifest;
         let n = out.len();
+        let rows = d.groups as usize * m.row_len();
         // SAFETY: unset until the kernel writes every group's sums; only those are read.
-        let partials = grown(
-            partials,
-            n,
-            |p| p.len(),
-            |n| unsafe { self.stream.alloc::<f64>(n) },
-        )
-        .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
+        let partials = k
+            .clock
+            .allocate(|| {
+                grown(
+                    partials,
+                    rows,
+                    |p| p.len(),
+                    |n| unsafe { self.stream.alloc::<f64>(n) },
+                )
+            })
+            .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
         let args = gpu::kernel_arguments(m, d, paths, seed)?;
         let scratch_bytes = if args.contains(&gpu::Arg::Scratch) {
             m.scratch_slots_per_path as usize
@@ -415,13 +448,17 @@ impl Device {
             0
         };
         // SAFETY: a path writes each scratch slot before reading it.
-        let scratch = grown(
-            scratch,
-            scratch_bytes.div_ceil(8),
-            |s| s.len(),
-            |n| unsafe { self.stream.alloc::<f64>(n) },
-        )
-        .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
+        let scratch = k
+            .clock
+            .allocate(|| {
+                grown(
+                    scratch,
+                    scratch_bytes.div_ceil(8),
+                    |s| s.len(),
+                    |n| unsafe { self.stream.alloc::<f64>(n) },
+                )
+            })
+            .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
         let mut b = self.stream.launch_builder(&k.func);
         for a in &args {
             match a {
@@ -443,12 +480,52 @@ impl Device {
             unsafe { b.launch(cfg) }.map_err(|e| self.err(&what, e))?;
             self.stream.synchronize().map_err(|e| self.err(&what, e))
         })?;
-        self.stream
-            .memcpy_dtoh(&partials.slice(..n), out)
-            .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))
+        let from = match tree {
+            None => &*partials,
+            Some(t) => {
+                // SAFETY: the tree kernel writes every one of its `n` outputs.
+                let sums = k
+                    .clock
+                    .allocate(|| {
+                        grown(
+                            tree_rows,
+                            n,
+                            |s| s.len(),
+                            |n| unsafe { self.stream.alloc::<f64>(n) },
+                        )
+                    })
+                    .map_err(|e| self.err("cuMemAlloc(tree)", e))?;
+                let threads = t.threads();
+                let cfg = LaunchConfig {
+                    grid_dim: (threads.div_ceil(128) as u32, 1, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let [rows_n, width, log2_block, n_out] = t.words();
+                let mut b = self.stream.launch_builder(&k.tree);
+                b.arg(&*partials)
+                    .arg(&mut *sums)
+                    .arg(&rows_n)
+                    .arg(&width)
+                    .arg(&log2_block)
+                    .arg(&n_out);
+                let what = format!("launch of the partials' tree over {rows_n} groups");
+                // SAFETY: the tree kernel's signature; partials hold `rows_n` rows of `width`.
+                k.clock.assemble(|| {
+                    unsafe { b.launch(cfg) }.map_err(|e| self.err(&what, e))?;
+                    self.stream.synchronize().map_err(|e| self.err(&what, e))
+                })?;
+                &*sums
+            }
+        };
+        k.clock.transfer(|| {
+            self.stream
+                .memcpy_dtoh(&from.slice(..n), out)
+                .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))?;
+            self.stream
+                .synchronize()
+                .map_err(|e| self.err("cuMemcpyDtoH(partials)", e))
+        })
     }
 }
 

@@ -71,6 +71,10 @@ pub struct Timings {
     pub device_s: f64,
     /// Turning group partials into the run's partial sums (`assemble`).
     pub assemble_s: f64,
+    /// Copying inputs to the device and group partials back (uploads, downloads, their waits).
+    pub transfer_s: f64,
+    /// Creating and freeing buffers and the launch's driver objects (Vulkan: pools, fences).
+    pub allocate_s: f64,
 }
 
 /// The accumulator behind [`Timings`], one per loaded GPU kernel.
@@ -78,6 +82,8 @@ pub struct Timings {
 pub struct Clock {
     device_ns: AtomicU64,
     assemble_ns: AtomicU64,
+    transfer_ns: AtomicU64,
+    allocate_ns: AtomicU64,
 }
 
 impl Clock {
@@ -101,11 +107,29 @@ impl Clock {
         out
     }
 
+    /// Runs `f` (an upload or a download and its wait), counting its time as transfer time.
+    pub fn transfer<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        Self::add(&self.transfer_ns, t.elapsed());
+        out
+    }
+
+    /// Runs `f` (creating or freeing buffers or driver objects), counting its time as allocation.
+    pub fn allocate<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        Self::add(&self.allocate_ns, t.elapsed());
+        out
+    }
+
     pub fn read(&self) -> Timings {
         let s = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 * 1e-9;
         Timings {
             device_s: s(&self.device_ns),
             assemble_s: s(&self.assemble_ns),
+            transfer_s: s(&self.transfer_ns),
+            allocate_s: s(&self.allocate_ns),
         }
     }
 }
@@ -307,15 +331,28 @@ pub fn input_bytes(manifest: &Manifest, inputs: &[f64]) -> Result<Vec<u8>, GpuEr
 /// Runs `launch` on each of `dispatches` in order, each filling its rows (`groups * n_sums`
 /// f64s) of the host table `table` (grown to fit, never shrunk), then [`assemble_rows`] sums the
 /// table in place. The one loop the CUDA and OpenCL backends share.
+///
+/// A whole run in one dispatch (every run up to 2^27 paths) is summed on the device first:
+/// `launch` then gets the [`DeviceTree`] to apply to its partials and fills only that tree's
+/// rows (one per block of `2^log2_block` groups), which the host finishes. Same tree, same bits
+/// (see [`DeviceTree`]); the download shrinks `2^log2_block`-fold.
 pub fn run_dispatches(
     manifest: &Manifest,
     paths: u64,
     dispatches: &[Dispatch],
     table: &mut Vec<f64>,
     clock: &Clock,
-    mut launch: impl FnMut(Dispatch, &mut [f64]) -> Result<(), GpuError>,
+    mut launch: impl FnMut(Dispatch, Option<DeviceTree>, &mut [f64]) -> Result<(), GpuError>,
 ) -> Result<Vec<PartialSums>, GpuError> {
     let n_sums = manifest.row_len();
+    if let Some((d, tree)) = whole_run_tree(manifest, paths, dispatches) {
+        let n = tree.out_rows() as usize * n_sums;
+        if table.len() < n {
+            *table = vec![0.0; n];
+        }
+        launch(d, Some(tree), &mut table[..n])?;
+        return clock.assemble(|| whole_run_sums(manifest, paths, &mut table[..n]));
+    }
     let total: usize = dispatches.iter().map(|d| d.groups as usize * n_sums).sum();
     if table.len() < total {
         *table = vec![0.0; total];
@@ -323,10 +360,130 @@ pub fn run_dispatches(
     let mut at = 0;
     for &d in dispatches {
         let n = d.groups as usize * n_sums;
-        launch(d, &mut table[at..at + n])?;
+        launch(d, None, &mut table[at..at + n])?;
         at += n;
     }
     clock.assemble(|| assemble_rows(manifest, paths, dispatches, &mut table[..total]))
+}
+
+/// The device's part of a whole run's tree: its one dispatch, and the tree over that dispatch's
+/// group rows that lie below `paths` (None: several dispatches, a range, or a single group).
+pub fn whole_run_tree(
+    manifest: &Manifest,
+    paths: u64,
+    dispatches: &[Dispatch],
+) -> Option<(Dispatch, DeviceTree)> {
+    let wg = u64::from(manifest.workgroup_size);
+    match *dispatches {
+        [d] if d.base == 0 && d.groups as u64 * wg >= paths => {
+            let groups = u32::try_from(paths.div_ceil(wg)).ok()?;
+            DeviceTree::over(groups, manifest.row_len()).map(|t| (d, t))
+        }
+        _ => None,
+    }
+}
+
+/// Rows of group partials summed on the device, in the fixed tree of TAPE-FORMAT.md: output row
+/// `b`, column `c` is `S` over rows `[b 2^log2_block, (b + 1) 2^log2_block)` of column `c`, rows
+/// at or past `rows` taken as +0.0 (as the host's odd-row rule does). Each output row is then an
+/// aligned subtree of the host's tree over the `rows` rows (`2^log2_block` is at most
+/// `rows.next_power_of_two()`), so [`tree_sum_rows`] of the outputs has the bits of
+/// `tree_sum_rows` of the rows. The kernels ([`DeviceTree::CUDA`], [`DeviceTree::OPENCL`],
+/// [`DeviceTree::GLSL`]) run one thread per output value. Timings: CUDA and OpenCL count the
+/// tree's launch as assembly; Vulkan submits it with the kernel, so it counts as device time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DeviceTree {
+    /// The group rows summed (the rest of the buffer is padding past the run).
+    pub rows: u32,
+    /// Values a row (`manifest.row_len()`).
+    pub width: u32,
+    pub log2_block: u32,
+}
+
+impl DeviceTree {
+    /// Groups a device block sums at most: 128 (16M paths at WG 128: 1,024 rows to download).
+    pub const LOG2_BLOCK: u32 = 7;
+
+    /// The tree over `rows` rows of `width` values; None below two rows (nothing to sum).
+    pub fn over(rows: u32, width: usize) -> Option<DeviceTree> {
+        let width = u32::try_from(width).ok().filter(|&w| w > 0)?;
+        // The kernels index rows in 32 bits.
+        let fits = (u64::from(rows).next_power_of_two() * u64::from(width)) < 1 << 32;
+        (rows >= 2 && fits).then(|| DeviceTree {
+            rows,
+            width,
+            log2_block: Self::LOG2_BLOCK.min(rows.next_power_of_two().trailing_zeros()),
+        })
+    }
+
+    /// The rows it leaves for the host.
+    pub fn out_rows(&self) -> u32 {
+        self.rows.div_ceil(1 << self.log2_block)
+    }
+
+    /// Threads to launch: one per output value.
+    pub fn threads(&self) -> u64 {
+        u64::from(self.out_rows()) * u64::from(self.width)
+    }
+
+    /// The kernels' arguments after the two buffers (rows in, sums out), in order.
+    pub fn words(&self) -> [u32; 4] {
+        [self.rows, self.width, self.log2_block, self.out_rows()]
+    }
+
+    /// The kernels' entry point.
+    pub const ENTRY: &'static str = "nablac_tree_rows";
+
+    /// CUDA C (NVRTC).
+    pub const CUDA: &'static str = concat!(
+        "typedef unsigned int uint;\ntypedef unsigned long long ulong;\n",
+        "extern \"C\" __global__ void nablac_tree_rows(const double* __restrict__ rows, ",
+        "double* __restrict__ out, uint n, uint width, uint log2_block, uint n_out) {\n",
+        "  uint i = blockIdx.x * blockDim.x + threadIdx.x;\n",
+        include_str!("tree_rows.c.inc"),
+        "}\n"
+    );
+
+    /// The GLSL kernel's workgroup size.
+    pub const GLSL_WG: u64 = 64;
+
+    /// GLSL 4.50 for Vulkan (bindings 0: the rows, 1: the outputs; the four words as push
+    /// constants). `precise`: no compiler may contract or reorder its adds.
+    pub const GLSL: &'static str = r#"#version 450
+layout(local_size_x = 64) in;
+layout(std430, set = 0, binding = 0) readonly buffer Rows { double rows[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Sums { double sums[]; };
+layout(push_constant) uniform Push { uint n; uint width; uint log2_block; uint n_out; } pc;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= pc.n_out * pc.width) return;
+    uint b = i / pc.width, c = i - b * pc.width;
+    uint len = 1u << pc.log2_block;
+    double stack[32];
+    uint top = 0u;
+    for (uint j = 0u; j < len; j++) {
+        uint r = b * len + j;
+        precise double v = r < pc.n ? rows[r * pc.width + c] : 0.0lf;
+        for (uint k = j; (k & 1u) != 0u; k >>= 1) {
+            top--;
+            v = stack[top] + v;
+        }
+        stack[top] = v;
+        top++;
+    }
+    sums[i] = stack[0];
+}
+"#;
+
+    /// OpenCL C 1.2 (doubles: cl_khr_fp64, which every nablac kernel needs for its sums).
+    pub const OPENCL: &'static str = concat!(
+        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n",
+        "__kernel void nablac_tree_rows(__global const double* rows, __global double* out, ",
+        "uint n, uint width, uint log2_block, uint n_out) {\n",
+        "  uint i = get_global_id(0);\n",
+        include_str!("tree_rows.c.inc"),
+        "}\n"
+    );
 }
 
 /// Turns each dispatch's partials (`groups * n_sums` f64s) into one `PartialSums` per sum.
@@ -352,6 +509,26 @@ pub fn assemble(
         rows.extend(p);
     }
     assemble_rows(manifest, paths, &dispatches, &mut rows)
+}
+
+/// A whole run's sums from `rows`, aligned subtrees that tile its tree from path 0 in order (the
+/// group partials below `paths`, or a [`DeviceTree`]'s output rows), summed in place.
+fn whole_run_sums(
+    manifest: &Manifest,
+    paths: u64,
+    rows: &mut [f64],
+) -> Result<Vec<PartialSums>, GpuError> {
+    let wg = manifest.workgroup_size as u64;
+    let log2 = wg
+        .trailing_zeros()
+        .min(paths.next_power_of_two().trailing_zeros());
+    let groups = paths.div_ceil(wg);
+    tree_sum_rows(rows, manifest.row_len())
+        .into_iter()
+        .map(|total| {
+            PartialSums::from_tiling_sum(paths, log2, groups, total).map_err(GpuError::from)
+        })
+        .collect()
 }
 
 /// [`assemble`] of `dispatches` whose partials lie one after the other in `rows` (which it
@@ -389,12 +566,7 @@ pub fn assemble_rows(
             .is_some_and(|d| d.base + d.groups as u64 * wg >= paths);
     if whole {
         let groups = paths.div_ceil(wg); // the groups that start below `paths`
-        return tree_sum_rows(&mut rows[..groups as usize * n_sums], n_sums)
-            .into_iter()
-            .map(|total| {
-                PartialSums::from_tiling_sum(paths, log2, groups, total).map_err(GpuError::from)
-            })
-            .collect();
+        return whole_run_sums(manifest, paths, &mut rows[..groups as usize * n_sums]);
     }
     let mut blocks: Vec<Vec<Block>> = vec![Vec::new(); n_sums];
     let mut at = 0;
@@ -547,9 +719,108 @@ pub mod cache {
     }
 }
 
+impl DeviceTree {
+    /// What the kernels compute, on the host (the tests' model of them): the output rows.
+    pub fn sum_on_host(&self, rows: &[f64]) -> Vec<f64> {
+        let (n, width, len) = (
+            self.rows as usize,
+            self.width as usize,
+            1usize << self.log2_block,
+        );
+        let mut out = vec![0.0; self.out_rows() as usize * width];
+        for (i, o) in out.iter_mut().enumerate() {
+            let (b, c) = (i / width, i % width);
+            let mut stack = Vec::with_capacity(32);
+            for j in 0..len {
+                let r = b * len + j;
+                let mut v = if r < n { rows[r * width + c] } else { 0.0 };
+                let mut k = j;
+                while k & 1 == 1 {
+                    // Left + right, as the kernels write it (the same bits either way).
+                    #[allow(clippy::assign_op_pattern)]
+                    {
+                        v = stack.pop().unwrap_or(f64::NAN) + v;
+                    }
+                    k >>= 1;
+                }
+                stack.push(v);
+            }
+            *o = stack[0];
+        }
+        out
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Rows of group partials with the awkward values: signed zeros, cancellations, magnitudes
+    /// far apart (so that the order of the adds shows in the bits).
+    pub(crate) fn awkward_rows(rows: usize, width: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed | 1;
+        (0..rows * width)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                match x % 7 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    2 => 1e16,
+                    3 => -1e16,
+                    _ => (x >> 11) as f64 * 2f64.powi(-40) - 1e3,
+                }
+            })
+            .collect()
+    }
+
+    /// The device's part of the tree, then the host's, gives the bits of the host's tree alone:
+    /// every row count from 2 to 300 and a few large ones, widths 1 to 13.
+    #[test]
+    fn a_device_tree_then_the_host_tree_is_the_host_tree() {
+        let counts = (2..300).chain([1000, 1023, 1024, 1025, 4097, 131_072]);
+        for rows in counts {
+            for width in [1usize, 3, 13] {
+                let t = DeviceTree::over(rows, width).unwrap();
+                assert!(1u32 << t.log2_block <= rows.next_power_of_two());
+                let table = awkward_rows(rows as usize, width, u64::from(rows) * 31 + width as u64);
+                let want = tree_sum_rows(&mut table.clone(), width);
+                let mut out = t.sum_on_host(&table);
+                assert_eq!(out.len(), t.threads() as usize);
+                let got = tree_sum_rows(&mut out, width);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{rows} rows of {width}");
+            }
+        }
+        assert_eq!(DeviceTree::over(1, 3), None);
+        assert_eq!(DeviceTree::over(5, 0), None);
+        let t = DeviceTree::over(131_072, 13).unwrap();
+        assert_eq!((t.log2_block, t.out_rows()), (DeviceTree::LOG2_BLOCK, 1024));
+    }
+
+    /// Only a whole run in one dispatch is summed on the device.
+    #[test]
+    fn only_a_whole_run_in_one_dispatch_gets_a_device_tree() {
+        let m = manifest(crate::manifest::Target::Cuda, false);
+        let whole = [Dispatch { base: 0, groups: 8 }];
+        let (d, t) = whole_run_tree(&m, 1000, &whole).unwrap();
+        assert_eq!((d, t.rows), (whole[0], 8));
+        assert_eq!(whole_run_tree(&m, 1024 + 1000, &whole), None);
+        let two = [
+            Dispatch { base: 0, groups: 8 },
+            Dispatch {
+                base: 1024,
+                groups: 8,
+            },
+        ];
+        assert_eq!(whole_run_tree(&m, 2048, &two), None);
+        assert_eq!(whole_run_tree(&m, 2048, &two[1..]), None);
+        assert_eq!(
+            whole_run_tree(&m, 100, &[Dispatch { base: 0, groups: 1 }]),
+            None
+        );
+    }
 
     #[test]
     fn log_line_quotes_the_error() {

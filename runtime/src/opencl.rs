@@ -58,16 +58,25 @@ pub struct Kernel {
     manifest: Manifest,
     kernel: ClKernel,
     _program: Program,
+    /// `gpu::DeviceTree::OPENCL`, built with the kernel (so its build counts as loading).
+    tree: ClKernel,
+    _tree_program: Program,
     clock: gpu::Clock,
     buffers: std::sync::Mutex<Buffers>,
 }
 
+/// A reused device buffer and its length in values (`Buffers`).
+type Slot = Option<(Buffer<f64>, usize)>;
+
 /// What a kernel's runs reuse, grown on demand and never shrunk: the device partials of one
-/// dispatch and the host table of a whole range's partials (no fresh, page-faulting vector a
-/// run; summed in place). Neither is cleared: every group writes each of its sums (the ABI).
+/// dispatch, a device tree's rows and the host table (a whole run's tree rows, or a range's
+/// partials; no fresh, page-faulting vector a run; summed in place). None is cleared: every
+/// group writes each of its sums (the ABI).
 #[derive(Default)]
 struct Buffers {
-    partials: Option<(Buffer<f64>, usize)>,
+    partials: Slot,
+    /// A `gpu::DeviceTree`'s output rows.
+    tree: Slot,
     host: Vec<f64>,
 }
 
@@ -303,10 +312,17 @@ impl Device {
         let mut options = vec!["-cl-std=CL1.2".to_string()];
         options.extend(crate::manifest::compile_options(Target::Opencl));
         let (program, kernel) = self.build(source, &manifest.entry_point, &options.join(" "))?;
+        let (tree_program, tree) = self.build(
+            gpu::DeviceTree::OPENCL,
+            gpu::DeviceTree::ENTRY,
+            "-cl-std=CL1.2",
+        )?;
         Ok(Kernel {
             manifest: manifest.clone(),
             kernel,
             _program: program,
+            tree,
+            _tree_program: tree_program,
             clock: gpu::Clock::default(),
             buffers: std::sync::Mutex::default(),
         })
@@ -347,19 +363,21 @@ impl Device {
         let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, self.max_paths(m))?;
         let mut buffers = k.buffers.lock().unwrap_or_else(|e| e.into_inner());
         let b = &mut *buffers;
-        let partials = &mut b.partials;
+        let (partials, tree_rows) = (&mut b.partials, &mut b.tree);
         match m.precision {
             Precision::F32 => {
                 let v: Vec<f32> = inputs.iter().map(|&x| x as f32).collect();
-                let buf = self.upload(&v)?;
-                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
-                    self.launch::<f32>(k, &mut *partials, &buf, d, paths, seed, out)
+                let buf = k.clock.transfer(|| self.upload(&v))?;
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, t, out| {
+                    let bufs = (&mut *partials, &mut *tree_rows);
+                    self.launch::<f32>(k, bufs, &buf, d, t, paths, seed, out)
                 })
             }
             Precision::F64 => {
-                let buf = self.upload(inputs)?;
-                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, out| {
-                    self.launch::<f64>(k, &mut *partials, &buf, d, paths, seed, out)
+                let buf = k.clock.transfer(|| self.upload(inputs))?;
+                gpu::run_dispatches(m, paths, &dispatches, &mut b.host, &k.clock, |d, t, out| {
+                    let bufs = (&mut *partials, &mut *tree_rows);
+                    self.launch::<f64>(k, bufs, &buf, d, t, paths, seed, out)
                 })
             }
         }
@@ -423,32 +441,38 @@ impl Device {
         }
     }
 
-    /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s).
+    /// `slot` holding a buffer of at least `n` values: the one there, or a new one.
+    fn grown<'b>(&self, slot: &'b mut Slot, n: usize) -> Result<&'b Buffer<f64>, GpuError> {
+        if slot.as_ref().is_none_or(|(_, len)| *len < n) {
+            *slot = None;
+            *slot = Some((self.zeros::<f64>(n, CL_MEM_READ_WRITE)?, n.max(1)));
+        }
+        Ok(&slot.as_ref().expect("just set").0)
+    }
+
+    /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s),
+    /// or with `tree`, that tree of them (`tree.out_rows() * n_sums`).
     #[allow(clippy::too_many_arguments)]
     fn launch<T: Copy + Default>(
         &self,
         k: &Kernel,
-        partials: &mut Option<(Buffer<f64>, usize)>,
+        (partials, tree_rows): (&mut Slot, &mut Slot),
         inputs: &Buffer<T>,
         d: gpu::Dispatch,
+        tree: Option<gpu::DeviceTree>,
         paths: u64,
         seed: u64,
         out: &mut [f64],
     ) -> Result<(), GpuError> {
         let m = &k.manifest;
         let n = out.len();
-        if partials.as_ref().is_none_or(|(_, len)| *len < n) {
-            *partials = None;
-            *partials = Some((self.zeros::<f64>(n, CL_MEM_WRITE_ONLY)?, n.max(1)));
-        }
-        let (partials, _) = partials.as_ref().expect("just set");
+        let rows = d.groups as usize * m.row_len();
+        let partials = k.clock.allocate(|| self.grown(partials, rows))?;
         let invocations: cl_uint = d.groups * m.workgroup_size;
         let args = gpu::kernel_arguments(m, d, paths, seed)?;
         let scratch = if args.contains(&gpu::Arg::Scratch) {
-            Some(self.zeros::<T>(
-                m.scratch_slots_per_path as usize * invocations as usize,
-                CL_MEM_READ_WRITE,
-            )?)
+            let n = m.scratch_slots_per_path as usize * invocations as usize;
+            Some(k.clock.allocate(|| self.zeros::<T>(n, CL_MEM_READ_WRITE))?)
         } else {
             None
         };
@@ -473,7 +497,28 @@ impl Device {
         let what = format!("launch of {} groups at path {}", d.groups, d.base);
         k.clock
             .device(|| self.finish_launch(&mut exec, &what, RUN_TIMEOUT))?;
-        self.download(partials, out)
+        let Some(t) = tree else {
+            return k.clock.transfer(|| self.download(partials, out));
+        };
+        let sums = k.clock.allocate(|| self.grown(tree_rows, n))?;
+        let mut exec = ExecuteKernel::new(&k.tree);
+        let [rows_n, width, log2_block, n_out] = t.words();
+        // SAFETY: the tree kernel's signature; partials hold `rows_n` rows of `width` values,
+        // `sums` the `n` outputs.
+        unsafe {
+            exec.set_arg(partials)
+                .set_arg(sums)
+                .set_arg(&rows_n)
+                .set_arg(&width)
+                .set_arg(&log2_block)
+                .set_arg(&n_out);
+        }
+        exec.set_global_work_size(t.threads().next_multiple_of(64) as usize)
+            .set_local_work_size(64);
+        let what = format!("launch of the partials' tree over {rows_n} groups");
+        k.clock
+            .assemble(|| self.finish_launch(&mut exec, &what, RUN_TIMEOUT))?;
+        k.clock.transfer(|| self.download(sums, out))
     }
 }
 
@@ -492,6 +537,56 @@ mod tests {
                 );
                 assert!(e.to_string().contains("OpenCL"), "{e}");
             }
+        }
+    }
+
+    /// The device tree kernel on the OpenCL device has the bits of its host model (and so of
+    /// the host's tree: gpu.rs's test), signed zeros and cancellations included.
+    #[test]
+    fn the_device_tree_kernel_has_the_bits_of_the_host_tree() {
+        use crate::gpu::{tests::awkward_rows, DeviceTree};
+        let d = match super::open() {
+            Ok(d) => d,
+            Err(e) => {
+                assert!(
+                    std::env::var("NABLAC_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                    "OpenCL is required here: {e}"
+                );
+                return;
+            }
+        };
+        let (_program, kernel) = d
+            .build(DeviceTree::OPENCL, DeviceTree::ENTRY, "-cl-std=CL1.2")
+            .unwrap();
+        for (rows, width) in [(2u32, 1usize), (3, 13), (157, 7), (1000, 3), (4097, 13)] {
+            let t = DeviceTree::over(rows, width).unwrap();
+            let table = awkward_rows(rows as usize, width, u64::from(rows));
+            let input = d.upload(&table).unwrap();
+            let mut slot = None;
+            let sums = d.grown(&mut slot, t.threads() as usize).unwrap();
+            let mut exec = super::ExecuteKernel::new(&kernel);
+            let [a, b, c, e] = t.words();
+            // SAFETY: the tree kernel's signature, the buffers sized as it reads and writes.
+            unsafe {
+                exec.set_arg(&input)
+                    .set_arg(sums)
+                    .set_arg(&a)
+                    .set_arg(&b)
+                    .set_arg(&c)
+                    .set_arg(&e);
+            }
+            exec.set_global_work_size(t.threads().next_multiple_of(64) as usize)
+                .set_local_work_size(64);
+            d.finish_launch(&mut exec, "tree", super::RUN_TIMEOUT)
+                .unwrap();
+            let mut out = vec![0.0; t.threads() as usize];
+            d.download(sums, &mut out).unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&out),
+                bits(&t.sum_on_host(&table)),
+                "{rows} rows of {width}"
+            );
         }
     }
 }

@@ -73,13 +73,79 @@ fn push_size(m: &Manifest) -> Result<u32, GpuError> {
 
 pub struct Kernel {
     manifest: Manifest,
+    main: Pipeline,
+    /// `gpu::DeviceTree::GLSL`'s pipeline (bindings 0: the partials, 1: the tree's rows).
+    tree: Pipeline,
+    /// The inputs and partials buffers' descriptor bindings (`buffer_bindings`, read at load).
+    buffers: [(u32, gpu::Arg); 2],
+    clock: gpu::Clock,
+    /// The host table of a run's partials (reused; `gpu::run_dispatches`).
+    host: std::sync::Mutex<Vec<f64>>,
+    /// What its dispatches reuse; held for a whole dispatch, so dispatches of one kernel never
+    /// overlap.
+    reused: std::sync::Mutex<Reused>,
+}
+
+/// A kernel's dispatch objects, made at its first dispatch and kept (creating and freeing them
+/// every dispatch cost 4 ms of a 16M-path run on the H200: BENCHMARKS.md, 2026-12-04 evening).
+#[derive(Default)]
+struct Reused {
+    /// One buffer per [`Slot`], grown on demand, never shrunk.
+    buffers: [Option<Buffer>; 3],
+    launch: Option<Launch>,
+}
+
+/// A descriptor pool (two sets), a command pool and a fence, reset before each dispatch.
+#[derive(Copy, Clone)]
+struct Launch {
+    pool: vk::DescriptorPool,
+    cmd_pool: vk::CommandPool,
+    fence: vk::Fence,
+}
+
+/// A dispatch's buffers (indexes into `Reused::buffers`) and the memory each lives in.
+#[derive(Copy, Clone)]
+enum Slot {
+    Inputs = 0,
+    /// The group partials, where the device sums them (`gpu::DeviceTree`).
+    DevicePartials = 1,
+    /// What the host reads back: the group partials, or a device tree's rows. At least
+    /// [`READBACK_MIN`] bytes, so that the one-path run before a run (its shifts) leaves a
+    /// buffer the run's tree rows fit in.
+    Readback = 2,
+}
+
+/// The smallest readback buffer: a 16M-path run's tree rows with 100 sums a row.
+const READBACK_MIN: u64 = 1 << 20;
+
+impl Slot {
+    fn mem(self) -> Mem {
+        match self {
+            Slot::Inputs => Mem::Upload,
+            Slot::DevicePartials => Mem::Device,
+            Slot::Readback => Mem::Readback,
+        }
+    }
+}
+
+/// A compute pipeline with two storage buffers and push constants, and what it is built from.
+struct Pipeline {
     module: vk::ShaderModule,
     set_layout: vk::DescriptorSetLayout,
     layout: vk::PipelineLayout,
     pipeline: vk::Pipeline,
-    /// The inputs and partials buffers' descriptor bindings (`buffer_bindings`, read at load).
-    buffers: [(u32, gpu::Arg); 2],
-    clock: gpu::Clock,
+}
+
+/// What a buffer is for, which picks its memory.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Mem {
+    /// The host writes it once (host-visible, coherent).
+    Upload,
+    /// The host reads it back (host-visible, coherent, cached where there is such memory:
+    /// uncached, write-combined memory reads at a fraction of the bus's speed).
+    Readback,
+    /// Only the device touches it (device-local where there is such memory).
+    Device,
 }
 
 impl Kernel {
@@ -246,7 +312,7 @@ fn pick(entry: &ash::Entry, instance: ash::Instance) -> Result<Device, GpuError>
     })
 }
 
-/// A host-visible buffer with its memory.
+/// A storage buffer with its memory.
 struct Buffer {
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
@@ -279,16 +345,17 @@ impl Device {
             &["probe"],
         );
         let k = self.load(PROBE_GLSL, &manifest)?;
-        let got = self.dispatch(
+        let mut got = [0.0];
+        let ran = self.dispatch(
             &k,
             &gpu::input_bytes(&manifest, &[1.25])?,
-            Dispatch { base: 0, groups: 1 },
-            1,
-            0,
+            (Dispatch { base: 0, groups: 1 }, None),
+            (1, 0),
             PROBE_TIMEOUT,
+            &mut got,
         );
         self.destroy_kernel(&k);
-        let got = got?;
+        ran?;
         if got != [2.5] {
             return Err(GpuError::Driver {
                 driver: DRIVER,
@@ -316,13 +383,41 @@ impl Device {
         let buffers = buffer_bindings(manifest)?;
         let push_size = push_size(manifest)?;
         let spirv = compile_glsl(source, &manifest.entry_point, &self.describe())?;
+        let tree_spirv = compile_glsl(gpu::DeviceTree::GLSL, "main", &self.describe())?;
+        let main = self.pipeline(&spirv, buffers.map(|(b, _)| b), push_size)?;
+        let tree = match self.pipeline(&tree_spirv, [0, 1], 16) {
+            Ok(t) => t,
+            Err(e) => {
+                self.destroy_pipeline(&main);
+                return Err(e);
+            }
+        };
+        Ok(Kernel {
+            manifest: manifest.clone(),
+            main,
+            tree,
+            buffers,
+            clock: gpu::Clock::default(),
+            host: std::sync::Mutex::default(),
+            reused: std::sync::Mutex::default(),
+        })
+    }
+
+    /// A compute pipeline of `spirv` (entry `main`) over two storage buffers at `bindings` and
+    /// `push_size` bytes of push constants.
+    fn pipeline(
+        &self,
+        spirv: &[u32],
+        bindings: [u32; 2],
+        push_size: u32,
+    ) -> Result<Pipeline, GpuError> {
         let d = &self.device;
-        // SAFETY: every create call gets valid info; created objects are destroyed on failure or by destroy_kernel.
+        // SAFETY: every create call gets valid info; created objects are destroyed on failure or by destroy_pipeline.
         unsafe {
             let module = d
-                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&spirv), None)
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(spirv), None)
                 .map_err(|e| self.err("vkCreateShaderModule", e))?;
-            let bindings = buffers.map(|(b, _)| {
+            let bindings = bindings.map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
                     .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
@@ -374,28 +469,125 @@ impl Device {
                     return Err(self.err("vkCreateComputePipelines", e));
                 }
             };
-            Ok(Kernel {
-                manifest: manifest.clone(),
+            Ok(Pipeline {
                 module,
                 set_layout,
                 layout,
                 pipeline,
-                buffers,
-                clock: gpu::Clock::default(),
             })
+        }
+    }
+
+    fn destroy_pipeline(&self, p: &Pipeline) {
+        // SAFETY: no command buffer using them is pending (dispatch waits for its fence).
+        unsafe {
+            self.device.destroy_pipeline(p.pipeline, None);
+            self.device.destroy_pipeline_layout(p.layout, None);
+            self.device
+                .destroy_descriptor_set_layout(p.set_layout, None);
+            self.device.destroy_shader_module(p.module, None);
         }
     }
 
     /// Frees a kernel's pipeline objects (the kernel must not be used afterwards).
     pub fn destroy_kernel(&self, k: &Kernel) {
-        // SAFETY: no command buffer using them is pending (dispatch waits for its fence).
-        unsafe {
-            self.device.destroy_pipeline(k.pipeline, None);
-            self.device.destroy_pipeline_layout(k.layout, None);
-            self.device
-                .destroy_descriptor_set_layout(k.set_layout, None);
-            self.device.destroy_shader_module(k.module, None);
+        self.destroy_pipeline(&k.main);
+        self.destroy_pipeline(&k.tree);
+        let mut r = k.reused.lock().unwrap_or_else(|e| e.into_inner());
+        for b in r.buffers.iter_mut().filter_map(Option::take) {
+            self.free_buffer(&b);
         }
+        if let Some(l) = r.launch.take() {
+            self.destroy_launch(&l);
+        }
+    }
+
+    fn destroy_launch(&self, l: &Launch) {
+        // SAFETY: every dispatch waited for its fence (or for the device to go idle).
+        unsafe {
+            self.device.destroy_fence(l.fence, None);
+            self.device.destroy_command_pool(l.cmd_pool, None);
+            self.device.destroy_descriptor_pool(l.pool, None);
+        }
+    }
+
+    /// The kernel's dispatch objects, reset for a new dispatch (made at the first).
+    fn launch_objects(&self, slot: &mut Option<Launch>) -> Result<Launch, GpuError> {
+        let d = &self.device;
+        if let Some(l) = *slot {
+            // SAFETY: the previous dispatch waited for its fence; nothing pending uses them.
+            let reset = unsafe {
+                d.reset_descriptor_pool(l.pool, vk::DescriptorPoolResetFlags::empty())
+                    .and_then(|_| {
+                        d.reset_command_pool(l.cmd_pool, vk::CommandPoolResetFlags::empty())
+                    })
+                    .and_then(|_| d.reset_fences(&[l.fence]))
+            };
+            return match reset {
+                Ok(()) => Ok(l),
+                Err(e) => {
+                    *slot = None;
+                    self.destroy_launch(&l);
+                    Err(self.err("resetting the dispatch objects", e))
+                }
+            };
+        }
+        // SAFETY: valid create infos; each object is destroyed on failure here or by
+        // destroy_launch.
+        unsafe {
+            let sizes = [vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(4)];
+            let pool = d
+                .create_descriptor_pool(
+                    &vk::DescriptorPoolCreateInfo::default()
+                        .max_sets(2)
+                        .pool_sizes(&sizes),
+                    None,
+                )
+                .map_err(|e| self.err("vkCreateDescriptorPool", e))?;
+            let cmd_pool = match d.create_command_pool(
+                &vk::CommandPoolCreateInfo::default().queue_family_index(self.queue_family),
+                None,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    d.destroy_descriptor_pool(pool, None);
+                    return Err(self.err("vkCreateCommandPool", e));
+                }
+            };
+            let fence = match d.create_fence(&vk::FenceCreateInfo::default(), None) {
+                Ok(f) => f,
+                Err(e) => {
+                    d.destroy_command_pool(cmd_pool, None);
+                    d.destroy_descriptor_pool(pool, None);
+                    return Err(self.err("vkCreateFence", e));
+                }
+            };
+            let l = Launch {
+                pool,
+                cmd_pool,
+                fence,
+            };
+            *slot = Some(l);
+            Ok(l)
+        }
+    }
+
+    /// Makes `slots[slot]` a buffer of at least `size` bytes (the one there, or a new one).
+    fn grow(&self, slots: &mut [Option<Buffer>; 3], slot: Slot, size: u64) -> Result<(), GpuError> {
+        let s = &mut slots[slot as usize];
+        if s.as_ref().is_none_or(|b| b.size < size) {
+            if let Some(old) = s.take() {
+                self.free_buffer(&old);
+            }
+            let size = match slot {
+                Slot::Readback => size.max(READBACK_MIN),
+                _ => size,
+            };
+            *s = Some(self.buffer(size, slot.mem())?);
+        }
+        Ok(())
     }
 
     /// Runs paths `range` of a `paths`-path run under `seed`; one `PartialSums` per manifest sum.
@@ -411,14 +603,15 @@ impl Device {
         let m = &k.manifest;
         let bytes = gpu::input_bytes(m, inputs)?;
         let max_paths = self.max_groups_x as u64 * m.workgroup_size as u64;
-        let mut parts = Vec::new();
-        for d in gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)? {
-            parts.push((d, self.dispatch(k, &bytes, d, paths, seed, RUN_TIMEOUT)?));
-        }
-        k.clock.assemble(|| gpu::assemble(m, paths, parts))
+        let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)?;
+        let mut host = k.host.lock().unwrap_or_else(|e| e.into_inner());
+        gpu::run_dispatches(m, paths, &dispatches, &mut host, &k.clock, |d, t, out| {
+            self.dispatch(k, &bytes, (d, t), (paths, seed), RUN_TIMEOUT, out)
+        })
     }
 
-    fn buffer(&self, size: u64) -> Result<Buffer, GpuError> {
+    /// A storage buffer of at least `size` bytes in memory fit for `mem`.
+    fn buffer(&self, size: u64, mem: Mem) -> Result<Buffer, GpuError> {
         let d = &self.device;
         let size = size.max(16);
         // SAFETY: valid create infos; freed by free_buffer or on failure here.
@@ -431,17 +624,26 @@ impl Device {
                 .create_buffer(&info, None)
                 .map_err(|e| self.err("vkCreateBuffer", e))?;
             let req = d.get_buffer_memory_requirements(buffer);
-            let want =
+            let host =
                 vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
-            let Some(ty) = (0..self.memory.memory_type_count).find(|&t| {
+            let fits = |t: &u32, flags: vk::MemoryPropertyFlags| {
                 req.memory_type_bits & (1 << t) != 0
-                    && self.memory.memory_types[t as usize]
+                    && self.memory.memory_types[*t as usize]
                         .property_flags
-                        .contains(want)
-            }) else {
+                        .contains(flags)
+            };
+            let types = 0..self.memory.memory_type_count;
+            let first = |flags| types.clone().find(|t| fits(t, flags));
+            let ty = match mem {
+                Mem::Upload => first(host),
+                Mem::Readback => first(host | vk::MemoryPropertyFlags::HOST_CACHED).or(first(host)),
+                Mem::Device => first(vk::MemoryPropertyFlags::DEVICE_LOCAL)
+                    .or(first(vk::MemoryPropertyFlags::empty())),
+            };
+            let Some(ty) = ty else {
                 d.destroy_buffer(buffer, None);
                 return Err(self.err(
-                    "finding host-visible coherent memory",
+                    "finding memory for a storage buffer",
                     vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
                 ));
             };
@@ -478,15 +680,16 @@ impl Device {
         }
     }
 
-    /// Maps `b` and copies `data` into it, or copies it out into `out`.
+    /// Maps `b` and copies `data` into it, or copies it out into `out` (transfer time of `k`).
     fn copy(
         &self,
+        k: &Kernel,
         b: &Buffer,
         data: Option<&[u8]>,
         out: Option<&mut [u8]>,
     ) -> Result<(), GpuError> {
         // SAFETY: the mapping covers the buffer's size; the copies stay inside it.
-        unsafe {
+        k.clock.transfer(|| unsafe {
             let p = self
                 .device
                 .map_memory(b.memory, 0, b.size, vk::MemoryMapFlags::empty())
@@ -499,98 +702,90 @@ impl Device {
                 std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), n);
             }
             self.device.unmap_memory(b.memory);
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
-    /// One dispatch; returns its `groups * n_sums` partials.
+    /// One dispatch; writes its `groups * n_sums` partials into `out`, or with `tree`, that
+    /// tree of them (`tree.out_rows() * n_sums`; the partials then stay in device memory).
     fn dispatch(
         &self,
         k: &Kernel,
         inputs: &[u8],
-        disp: Dispatch,
-        paths: u64,
-        seed: u64,
+        (disp, tree): (Dispatch, Option<gpu::DeviceTree>),
+        (paths, seed): (u64, u64),
         timeout: Duration,
-    ) -> Result<Vec<f64>, GpuError> {
-        let n = disp.groups as usize * k.manifest.row_len();
-        let input = self.buffer(inputs.len() as u64)?;
-        let partials = match self.buffer(n as u64 * 8) {
-            Ok(b) => b,
-            Err(e) => {
-                self.free_buffer(&input);
-                return Err(e);
-            }
+        out: &mut [f64],
+    ) -> Result<(), GpuError> {
+        let rows = disp.groups as u64 * k.manifest.row_len() as u64;
+        let mut reused = k.reused.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *reused;
+        let slots = &mut r.buffers;
+        let partials = match tree {
+            Some(_) => Slot::DevicePartials,
+            None => Slot::Readback,
         };
-        let result = self
-            .copy(&input, Some(inputs), None)
-            .and_then(|_| self.submit(k, &input, &partials, disp, paths, seed, timeout))
-            .and_then(|_| {
-                let mut bytes = vec![0u8; n * 8];
-                self.copy(&partials, None, Some(&mut bytes))?;
-                Ok(bytes
-                    .chunks_exact(8)
-                    .map(|c| f64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect())
-            });
-        self.free_buffer(&input);
-        self.free_buffer(&partials);
-        result
+        let back = Slot::Readback;
+        let launch = k.clock.allocate(|| -> Result<Launch, GpuError> {
+            self.grow(slots, Slot::Inputs, inputs.len() as u64)?;
+            self.grow(slots, partials, rows * 8)?;
+            self.grow(slots, back, out.len() as u64 * 8)?;
+            self.launch_objects(&mut r.launch)
+        })?;
+        let get = |s: Slot| {
+            slots[s as usize]
+                .as_ref()
+                .ok_or_else(|| GpuError::Launch("a buffer went missing".into()))
+        };
+        let (input, partials, back) = (get(Slot::Inputs)?, get(partials)?, get(back)?);
+        self.copy(k, input, Some(inputs), None)?;
+        let tree = tree.map(|t| (t, back));
+        self.submit(
+            k,
+            launch,
+            (input, partials, tree),
+            disp,
+            paths,
+            seed,
+            timeout,
+        )?;
+        let mut bytes = vec![0u8; out.len() * 8];
+        self.copy(k, back, None, Some(&mut bytes))?;
+        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+            *o = f64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
         k: &Kernel,
-        input: &Buffer,
-        partials: &Buffer,
+        Launch {
+            pool,
+            cmd_pool,
+            fence,
+        }: Launch,
+        (input, partials, tree): (&Buffer, &Buffer, Option<(gpu::DeviceTree, &Buffer)>),
         disp: Dispatch,
         paths: u64,
         seed: u64,
         timeout: Duration,
     ) -> Result<(), GpuError> {
         let d = &self.device;
-        // SAFETY: all objects are created here from valid infos and destroyed before returning;
-        // the fence wait (or device_wait_idle on timeout) guarantees the GPU no longer uses them.
+        // SAFETY: the objects are the kernel's, reset (launch_objects); the fence wait (or
+        // device_wait_idle on timeout) guarantees the GPU no longer uses them when this returns.
         unsafe {
-            let sizes = [vk::DescriptorPoolSize::default()
-                .ty(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(2)];
-            let pool = d
-                .create_descriptor_pool(
-                    &vk::DescriptorPoolCreateInfo::default()
-                        .max_sets(1)
-                        .pool_sizes(&sizes),
-                    None,
-                )
-                .map_err(|e| self.err("vkCreateDescriptorPool", e))?;
-            let cmd_pool = match d.create_command_pool(
-                &vk::CommandPoolCreateInfo::default().queue_family_index(self.queue_family),
-                None,
-            ) {
-                Ok(p) => p,
-                Err(e) => {
-                    d.destroy_descriptor_pool(pool, None);
-                    return Err(self.err("vkCreateCommandPool", e));
-                }
-            };
-            let fence = match d.create_fence(&vk::FenceCreateInfo::default(), None) {
-                Ok(f) => f,
-                Err(e) => {
-                    d.destroy_command_pool(cmd_pool, None);
-                    d.destroy_descriptor_pool(pool, None);
-                    return Err(self.err("vkCreateFence", e));
-                }
-            };
             let result = (|| {
-                let layouts = [k.set_layout];
-                let set = d
+                let layouts = [k.main.set_layout, k.tree.set_layout];
+                let sets = d
                     .allocate_descriptor_sets(
                         &vk::DescriptorSetAllocateInfo::default()
                             .descriptor_pool(pool)
                             .set_layouts(&layouts),
                     )
-                    .map_err(|e| self.err("vkAllocateDescriptorSets", e))?[0];
+                    .map_err(|e| self.err("vkAllocateDescriptorSets", e))?;
+                let (set, tree_set) = (sets[0], sets[1]);
                 let buffers = k.buffers;
                 let infos = buffers.map(|(_, arg)| {
                     let b = if arg == gpu::Arg::Inputs {
@@ -611,6 +806,22 @@ impl Device {
                         .buffer_info(&infos[i])
                 });
                 d.update_descriptor_sets(&writes, &[]);
+                if let Some((_, rows)) = tree {
+                    let infos = [partials, rows].map(|b| {
+                        [vk::DescriptorBufferInfo::default()
+                            .buffer(b.buffer)
+                            .offset(0)
+                            .range(vk::WHOLE_SIZE)]
+                    });
+                    let writes = [0usize, 1].map(|i| {
+                        vk::WriteDescriptorSet::default()
+                            .dst_set(tree_set)
+                            .dst_binding(i as u32)
+                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                            .buffer_info(&infos[i])
+                    });
+                    d.update_descriptor_sets(&writes, &[]);
+                }
                 let cmd = d
                     .allocate_command_buffers(
                         &vk::CommandBufferAllocateInfo::default()
@@ -625,18 +836,52 @@ impl Device {
                         .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
                 )
                 .map_err(|e| self.err("vkBeginCommandBuffer", e))?;
-                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, k.pipeline);
+                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, k.main.pipeline);
                 d.cmd_bind_descriptor_sets(
                     cmd,
                     vk::PipelineBindPoint::COMPUTE,
-                    k.layout,
+                    k.main.layout,
                     0,
                     &[set],
                     &[],
                 );
                 let push = gpu::push_constants(&k.manifest, disp, paths, seed)?;
-                d.cmd_push_constants(cmd, k.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+                d.cmd_push_constants(cmd, k.main.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
                 d.cmd_dispatch(cmd, disp.groups, 1, 1);
+                if let Some((t, _)) = tree {
+                    // The partials' tree, after the kernel's writes (one queue, in order).
+                    let barrier = vk::MemoryBarrier::default()
+                        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                        .dst_access_mask(vk::AccessFlags::SHADER_READ);
+                    d.cmd_pipeline_barrier(
+                        cmd,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::DependencyFlags::empty(),
+                        &[barrier],
+                        &[],
+                        &[],
+                    );
+                    d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, k.tree.pipeline);
+                    d.cmd_bind_descriptor_sets(
+                        cmd,
+                        vk::PipelineBindPoint::COMPUTE,
+                        k.tree.layout,
+                        0,
+                        &[tree_set],
+                        &[],
+                    );
+                    let words: Vec<u8> = t.words().iter().flat_map(|w| w.to_le_bytes()).collect();
+                    d.cmd_push_constants(
+                        cmd,
+                        k.tree.layout,
+                        vk::ShaderStageFlags::COMPUTE,
+                        0,
+                        &words,
+                    );
+                    let groups = t.threads().div_ceil(gpu::DeviceTree::GLSL_WG);
+                    d.cmd_dispatch(cmd, groups as u32, 1, 1);
+                }
                 let barrier = vk::MemoryBarrier::default()
                     .src_access_mask(vk::AccessFlags::SHADER_WRITE)
                     .dst_access_mask(vk::AccessFlags::HOST_READ);
@@ -681,9 +926,6 @@ impl Device {
                     }
                 })
             })();
-            d.destroy_fence(fence, None);
-            d.destroy_command_pool(cmd_pool, None);
-            d.destroy_descriptor_pool(pool, None);
             result
         }
     }

@@ -14,7 +14,8 @@
 #      logs in suite-BACKEND.txt.
 #   5. (before 4) `nablac run` end to end at E2E_PATHS (16M) paths on each backend: run time vs
 #      device time (e2e.txt).
-# Steps 3, 4 and 5 can be skipped with SKIP_BENCH=1 / SKIP_SUITE=1 / SKIP_E2E=1.
+# Steps 3, 4 and 5 can be skipped with SKIP_BENCH=1 / SKIP_SUITE=1 / SKIP_E2E=1; SUITE_FILTER
+# runs only the suite's tests whose names contain it.
 set -uo pipefail
 out=${OUT:-/tmp/nablac-gpu}
 mkdir -p "$out"
@@ -95,8 +96,10 @@ try:
 except Exception as e:
     print(f"{sys.argv[2]:7} {sys.argv[3]:8} no result ({e})"); sys.exit()
 t = j["timings"]
+rest = t['run'] - t['device'] - t['assembly'] - t.get('transfer', 0) - t.get('allocation', 0)
 print(f"{sys.argv[2]:7} {sys.argv[3]:8} run {t['run']*1e3:8.2f} ms  device {t['device']*1e3:8.2f} ms  "
-      f"assembly {t['assembly']*1e3:6.2f} ms  run/device {t['run']/t['device']:.3f}  load {t['load']:.2f} s")
+      f"assembly {t['assembly']*1e3:6.2f} ms  transfer {t.get('transfer', 0)*1e3:6.2f} ms  "
+      f"allocation {t.get('allocation', 0)*1e3:6.2f} ms  rest {rest*1e3:6.2f} ms  run/device {t['run']/t['device']:.3f}  load {t['load']:.2f} s")
 PY
     done
   done
@@ -119,7 +122,7 @@ if [ "${SKIP_SUITE:-0}" != 1 ]; then
     local req=0; [ "$1" = cuda ] && req=1
     NABLAC_REQUIRE_CUDA=$req NABLAC_REQUIRE_TOOLS=1 NABLAC_BACKENDS=$1 \
       NABLAC_CORPUS_DIR=$PWD/tests/in timeout "${SUITE_TIMEOUT:-420}" \
-      "$g/bin/runtime-tests" --nocapture --test-threads "${THREADS:-8}" >"$out/suite-$1.txt" 2>&1
+      "$g/bin/runtime-tests" ${SUITE_FILTER:-} --nocapture --test-threads "${THREADS:-8}" >"$out/suite-$1.txt" 2>&1
     local rc=$?
     { echo "== suite on $1: exit $rc"; grep -E '^test |asian252|test result' "$out/suite-$1.txt"; } >>"$out/suite.txt"
     return $rc

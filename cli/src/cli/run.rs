@@ -56,7 +56,7 @@ pub struct RunArgs {
     cpu_backend: Option<CpuBackendArg>,
     /// Print JSON: the run's context (target, device, precision, mode, paths, seed, market,
     /// tape_hash, kernel_hash, cache_hit), outputs {name: value, stderr, non_finite, greeks,
-    /// greek_stderr}, timings {load, run, device, assembly} in seconds; NaN and infinities are
+    /// greek_stderr}, timings {load, run, device, assembly, transfer, allocation} in seconds; NaN and infinities are
     /// null.
     #[arg(long)]
     json: bool,
@@ -130,13 +130,17 @@ struct RunContext<'a> {
 /// Where the command's time went, in seconds (host clocks). `load`: reading, compiling (a tape)
 /// and loading the kernel, driver compile included; `run`: the measured run, end to end;
 /// `device`: its launches from submission to completion (GPU; 0 on the CPU); `assembly`: turning
-/// group partials into the run's sums (GPU; 0 on the CPU).
+/// group partials into the run's sums (GPU; 0 on the CPU); `transfer`: copying the inputs to the
+/// device and the group partials back, waits included (GPU; 0 on the CPU); `allocation`:
+/// creating and freeing device buffers and launch objects (GPU; 0 on the CPU).
 #[derive(Serialize, Clone, Copy)]
 struct Timings {
     load: f64,
     run: f64,
     device: f64,
     assembly: f64,
+    transfer: f64,
+    allocation: f64,
 }
 
 /// Whether `bytes` is a tape (either form) rather than kernel source: the binary magic, or a
@@ -328,6 +332,8 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         run: elapsed.as_secs_f64(),
         device: after.device_s - before.device_s,
         assembly: after.assemble_s - before.assemble_s,
+        transfer: after.transfer_s - before.transfer_s,
+        allocation: after.allocate_s - before.allocate_s,
     };
     if let Some(b) = &bar {
         b.finish_and_clear();
