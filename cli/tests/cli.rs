@@ -518,6 +518,14 @@ fn run_on_the_cpu_is_deterministic_and_matches_a_compiled_kernel() {
         assert!(a["timings"][t].as_f64().unwrap() >= 0.0, "timings.{t}");
     }
     assert!(a["timings"]["run"].as_f64().unwrap() > 0.0);
+    // The device names the JIT that built the kernel (LLVM for this small tape where built in).
+    let device = a["device"].as_str().unwrap();
+    let jit = if cfg!(feature = "llvm") {
+        "LLVM JIT"
+    } else {
+        "Cranelift JIT"
+    };
+    assert!(device.starts_with(&format!("CPU ({jit}, ")), "{device}");
     let price = &a["outputs"]["price"];
     // Black-Scholes at (100, 100, 0.2, 0.03, 1): 9.4134, delta 0.5987; 20,000 paths: within 4 stderr.
     let (v, se) = (

@@ -412,6 +412,17 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
 }
 
 impl Compiled {
+    /// Which JIT built it: "LLVM JIT" or "Cranelift JIT".
+    pub fn jit(&self) -> &'static str {
+        if self.module.is_some() {
+            "Cranelift JIT"
+        } else {
+            "LLVM JIT"
+        }
+    }
+}
+
+impl Compiled {
     /// f64 values each path writes: the manifest's `sums`, in order.
     pub fn row_len(&self) -> usize {
         self.row

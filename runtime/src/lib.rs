@@ -216,12 +216,25 @@ impl Backend {
     pub fn describe(&self) -> String {
         match self {
             Backend::Cpu => format!(
-                "CPU (Cranelift JIT, {} threads available)",
+                "CPU ({} threads available)",
                 std::thread::available_parallelism().map_or(1, |n| n.get())
             ),
             Backend::Vulkan(d) => d.describe(),
             Backend::Cuda(d) => d.describe(),
             Backend::Opencl(d) => d.describe(),
+        }
+    }
+
+    /// The device and, on the CPU, the JIT that built `kernel` (for reports): "CPU (LLVM JIT,
+    /// 2 threads available)".
+    pub fn describe_with(&self, kernel: &LoadedKernel) -> String {
+        match &kernel.code {
+            Code::Cpu(c) => format!(
+                "CPU ({}, {} threads available)",
+                c.jit(),
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+            _ => self.describe(),
         }
     }
 

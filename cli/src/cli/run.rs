@@ -214,8 +214,9 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         if target == Target::Cpu {
             // The fused kernel's tape has at most markets x the nodes.
             let markets = o.ladder.as_ref().map_or(1, |l| l.markets as usize);
+            let sums = nablac::compile::per_path_sums(&tape, o.mode, markets);
             o.cpu_backend = args.cpu_backend.map_or(
-                CpuBackend::fastest_for(tape.len().saturating_mul(markets)),
+                CpuBackend::fastest_for(tape.len().saturating_mul(markets), sums),
                 CpuBackend::from,
             );
         }
@@ -365,7 +366,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     }
     let cx = RunContext {
         manifest: &manifest,
-        device: backend.describe(),
+        device: backend.describe_with(&kernel),
         market: &market,
         cache_hit,
         timings,
