@@ -50,8 +50,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// The CPU code's back end (cpu target, a tape): llvm (one path per SIMD lane; the default
-    /// when nablac is built with LLVM, for tapes of at most 50,000 nodes) or cranelift (scalar,
-    /// the reference; linear compile time, the default for larger tapes).
+    /// when nablac is built with LLVM, for kernels of at most 50,000 nodes and 512 per-path
+    /// sums) or cranelift (scalar, the reference; linear compile time, the default beyond).
     #[arg(long, value_enum, value_name = "BACKEND")]
     cpu_backend: Option<CpuBackendArg>,
     /// Print JSON: the run's context (target, device, precision, mode, paths, seed, market,
