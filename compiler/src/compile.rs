@@ -58,9 +58,10 @@ pub const LLVM_MAX_NODES: usize = 50_000;
 /// The most per-path sums (value, square, non-finite count and each Greek and its square, per
 /// output and market) a kernel gets the LLVM back end for by default. The leaves' stores, one
 /// per lane each, make LLVM's optimiser superlinear in them: one output over N inputs (N
-/// Greeks), load time on this machine (`nablac run wideN.ntape --cpu-backend llvm --paths 1000
-/// --json`, 2026-12-04): 250 inputs 2.5 s, 500: 5.6 s, 1,000: 19 s, 2,000: 63 s, against 0.2 s
-/// with Cranelift at 2,000. Explicit `--cpu-backend llvm` is still honoured.
+/// Greeks, `python3 scripts/wide-tape.py N > w.ntape`), load time on this machine (`nablac run
+/// w.ntape --target cpu --cpu-backend llvm --paths 1000 --json`, timings.load, 2026-12-04): 250
+/// inputs 2.5 s, 500: 5.6 s, 1,000: 19 s, 2,000: 63 s, against 0.2 s with Cranelift at 2,000.
+/// Explicit `--cpu-backend llvm` is still honoured.
 pub const LLVM_MAX_SUMS: usize = 512;
 
 /// An upper bound on the per-path sums of `tape`'s kernel in `mode` over `markets` fused

@@ -410,6 +410,23 @@ impl Device {
         }
     }
 
+    /// `slot`'s device buffer of at least `len` f64s (grown, never shrunk; allocation time of
+    /// `k`). Its contents are unset: the callers' kernels write before they read.
+    fn reuse<'s>(
+        &self,
+        k: &Kernel,
+        slot: &'s mut Slot,
+        len: usize,
+        what: &str,
+    ) -> Result<&'s mut CudaSlice<f64>, GpuError> {
+        k.clock
+            .allocate(|| {
+                // SAFETY: see above.
+                grown(slot, len, |s| s.len(), |n| unsafe { self.stream.alloc::<f64>(n) })
+            })
+            .map_err(|e| self.err(&format!("cuMemAlloc({what})"), e))
+    }
+
     /// One dispatch `d`, its group partials downloaded into `out` (`d.groups * n_sums` f64s),
     /// or with `tree`, that tree of them (`tree.out_rows() * n_sums`).
     #[allow(clippy::too_many_arguments)]
@@ -427,18 +444,8 @@ impl Device {
         let m = &k.manifest;
         let n = out.len();
         let rows = d.groups as usize * m.row_len();
-        // SAFETY: unset until the kernel writes every group's sums; only those are read.
-        let partials = k
-            .clock
-            .allocate(|| {
-                grown(
-                    partials,
-                    rows,
-                    |p| p.len(),
-                    |n| unsafe { self.stream.alloc::<f64>(n) },
-                )
-            })
-            .map_err(|e| self.err("cuMemAlloc(partials)", e))?;
+        // Unset until the kernel writes every group's sums; only those are read.
+        let partials = self.reuse(k, partials, rows, "partials")?;
         let args = gpu::kernel_arguments(m, d, paths, seed)?;
         let scratch_bytes = if args.contains(&gpu::Arg::Scratch) {
             m.scratch_slots_per_path as usize
@@ -447,18 +454,8 @@ impl Device {
         } else {
             0
         };
-        // SAFETY: a path writes each scratch slot before reading it.
-        let scratch = k
-            .clock
-            .allocate(|| {
-                grown(
-                    scratch,
-                    scratch_bytes.div_ceil(8),
-                    |s| s.len(),
-                    |n| unsafe { self.stream.alloc::<f64>(n) },
-                )
-            })
-            .map_err(|e| self.err("cuMemAlloc(scratch)", e))?;
+        // A path writes each scratch slot before reading it.
+        let scratch = self.reuse(k, scratch, scratch_bytes.div_ceil(8), "scratch")?;
         let mut b = self.stream.launch_builder(&k.func);
         for a in &args {
             match a {
@@ -483,22 +480,12 @@ impl Device {
         let from = match tree {
             None => &*partials,
             Some(t) => {
-                // SAFETY: the tree kernel writes every one of its `n` outputs.
-                let sums = k
-                    .clock
-                    .allocate(|| {
-                        grown(
-                            tree_rows,
-                            n,
-                            |s| s.len(),
-                            |n| unsafe { self.stream.alloc::<f64>(n) },
-                        )
-                    })
-                    .map_err(|e| self.err("cuMemAlloc(tree)", e))?;
+                // The tree kernel writes every one of its `n` outputs.
+                let sums = self.reuse(k, tree_rows, n, "tree")?;
                 let threads = t.threads();
                 let cfg = LaunchConfig {
-                    grid_dim: (threads.div_ceil(128) as u32, 1, 1),
-                    block_dim: (128, 1, 1),
+                    grid_dim: (threads.div_ceil(u64::from(gpu::DeviceTree::WG)) as u32, 1, 1),
+                    block_dim: (gpu::DeviceTree::WG, 1, 1),
                     shared_mem_bytes: 0,
                 };
                 let [rows_n, width, log2_block, n_out] = t.words();

@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The most paths one dispatch covers (the ABI's limit).
 pub const MAX_PATHS_PER_DISPATCH: u64 = 1 << 27;
@@ -87,40 +87,33 @@ pub struct Clock {
 }
 
 impl Clock {
-    fn add(counter: &AtomicU64, d: Duration) {
+    /// Runs `f`, adding its wall time to `counter`.
+    fn timed<T>(counter: &AtomicU64, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        let d = t.elapsed();
         counter.fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        out
     }
 
     /// Runs `f` (a launch and the wait for its completion), counting its time as device time.
     pub fn device<T>(&self, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = f();
-        Self::add(&self.device_ns, t.elapsed());
-        out
+        Self::timed(&self.device_ns, f)
     }
 
     /// Runs `f` (an assembly of partials), counting its time as assembly time.
     pub fn assemble<T>(&self, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = f();
-        Self::add(&self.assemble_ns, t.elapsed());
-        out
+        Self::timed(&self.assemble_ns, f)
     }
 
     /// Runs `f` (an upload or a download and its wait), counting its time as transfer time.
     pub fn transfer<T>(&self, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = f();
-        Self::add(&self.transfer_ns, t.elapsed());
-        out
+        Self::timed(&self.transfer_ns, f)
     }
 
     /// Runs `f` (creating or freeing buffers or driver objects), counting its time as allocation.
     pub fn allocate<T>(&self, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = f();
-        Self::add(&self.allocate_ns, t.elapsed());
-        out
+        Self::timed(&self.allocate_ns, f)
     }
 
     pub fn read(&self) -> Timings {
@@ -434,54 +427,42 @@ impl DeviceTree {
     /// The kernels' entry point.
     pub const ENTRY: &'static str = "nablac_tree_rows";
 
+    /// Threads a workgroup of the kernels (GLSL's `local_size_x` is this literal).
+    pub const WG: u32 = 64;
+
     /// CUDA C (NVRTC).
     pub const CUDA: &'static str = concat!(
-        "typedef unsigned int uint;\ntypedef unsigned long long ulong;\n",
+        "typedef unsigned int uint;\n#define WIDE(x) ((unsigned long long)(x))\n#define PRECISE\n",
         "extern \"C\" __global__ void nablac_tree_rows(const double* __restrict__ rows, ",
-        "double* __restrict__ out, uint n, uint width, uint log2_block, uint n_out) {\n",
+        "double* __restrict__ sums, uint n, uint width, uint log2_block, uint n_out) {\n",
         "  uint i = blockIdx.x * blockDim.x + threadIdx.x;\n",
-        include_str!("tree_rows.c.inc"),
+        include_str!("tree_rows.inc"),
         "}\n"
     );
 
-    /// The GLSL kernel's workgroup size.
-    pub const GLSL_WG: u64 = 64;
-
-    /// GLSL 4.50 for Vulkan (bindings 0: the rows, 1: the outputs; the four words as push
-    /// constants). `precise`: no compiler may contract or reorder its adds.
-    pub const GLSL: &'static str = r#"#version 450
-layout(local_size_x = 64) in;
-layout(std430, set = 0, binding = 0) readonly buffer Rows { double rows[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Sums { double sums[]; };
-layout(push_constant) uniform Push { uint n; uint width; uint log2_block; uint n_out; } pc;
-void main() {
-    uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.n_out * pc.width) return;
-    uint b = i / pc.width, c = i - b * pc.width;
-    uint len = 1u << pc.log2_block;
-    double stack[32];
-    uint top = 0u;
-    for (uint j = 0u; j < len; j++) {
-        uint r = b * len + j;
-        precise double v = r < pc.n ? rows[r * pc.width + c] : 0.0lf;
-        for (uint k = j; (k & 1u) != 0u; k >>= 1) {
-            top--;
-            v = stack[top] + v;
-        }
-        stack[top] = v;
-        top++;
-    }
-    sums[i] = stack[0];
-}
-"#;
-
     /// OpenCL C 1.2 (doubles: cl_khr_fp64, which every nablac kernel needs for its sums).
     pub const OPENCL: &'static str = concat!(
-        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n",
-        "__kernel void nablac_tree_rows(__global const double* rows, __global double* out, ",
+        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define WIDE(x) ((ulong)(x))\n#define PRECISE\n",
+        "__kernel void nablac_tree_rows(__global const double* rows, __global double* sums, ",
         "uint n, uint width, uint log2_block, uint n_out) {\n",
         "  uint i = get_global_id(0);\n",
-        include_str!("tree_rows.c.inc"),
+        include_str!("tree_rows.inc"),
+        "}\n"
+    );
+
+    /// GLSL 4.50 for Vulkan (bindings 0: the rows, 1: the outputs; the four words as push
+    /// constants). `precise`: no compiler may contract or reorder its adds. 32-bit indexes
+    /// (`DeviceTree::over` keeps them in range).
+    pub const GLSL: &'static str = concat!(
+        "#version 450\nlayout(local_size_x = 64) in;\n",
+        "layout(std430, set = 0, binding = 0) readonly buffer Rows { double rows[]; };\n",
+        "layout(std430, set = 0, binding = 1) writeonly buffer Sums { double sums[]; };\n",
+        "layout(push_constant) uniform Push { uint n_; uint width_; uint log2_block_; uint n_out_; } pc;\n",
+        "#define n pc.n_\n#define width pc.width_\n#define log2_block pc.log2_block_\n#define n_out pc.n_out_\n",
+        "#define WIDE(x) (x)\n#define PRECISE precise\n",
+        "void main() {\n",
+        "  uint i = gl_GlobalInvocationID.x;\n",
+        include_str!("tree_rows.inc"),
         "}\n"
     );
 }

@@ -201,6 +201,15 @@ fn short(h: &str) -> &str {
     h.get(..12).unwrap_or(h)
 }
 
+/// "CPU (N threads available)", or with the JIT that built a kernel "CPU (LLVM JIT, N ...)".
+fn cpu_description(jit: Option<&str>) -> String {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match jit {
+        Some(j) => format!("CPU ({j}, {threads} threads available)"),
+        None => format!("CPU ({threads} threads available)"),
+    }
+}
+
 impl Backend {
     /// The backend for `target`, or `Unsupported` when this build has no driver for it.
     pub fn open(target: Target) -> Result<Backend, RuntimeError> {
@@ -215,10 +224,7 @@ impl Backend {
     /// The device in words (for logs and reports).
     pub fn describe(&self) -> String {
         match self {
-            Backend::Cpu => format!(
-                "CPU ({} threads available)",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            ),
+            Backend::Cpu => cpu_description(None),
             Backend::Vulkan(d) => d.describe(),
             Backend::Cuda(d) => d.describe(),
             Backend::Opencl(d) => d.describe(),
@@ -229,11 +235,7 @@ impl Backend {
     /// 2 threads available)".
     pub fn describe_with(&self, kernel: &LoadedKernel) -> String {
         match &kernel.code {
-            Code::Cpu(c) => format!(
-                "CPU ({}, {} threads available)",
-                c.jit(),
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            ),
+            Code::Cpu(c) => cpu_description(Some(c.jit())),
             _ => self.describe(),
         }
     }

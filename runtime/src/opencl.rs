@@ -501,24 +501,36 @@ impl Device {
             return k.clock.transfer(|| self.download(partials, out));
         };
         let sums = k.clock.allocate(|| self.grown(tree_rows, n))?;
-        let mut exec = ExecuteKernel::new(&k.tree);
+        k.clock
+            .assemble(|| self.run_tree(&k.tree, t, partials, sums))?;
+        k.clock.transfer(|| self.download(sums, out))
+    }
+
+    /// Runs `tree` (the built `gpu::DeviceTree::OPENCL`) as `t` over `rows` (at least `t.rows`
+    /// rows of `t.width` values) into `sums` (at least `t.threads()` values), and waits.
+    fn run_tree(
+        &self,
+        tree: &ClKernel,
+        t: gpu::DeviceTree,
+        rows: &Buffer<f64>,
+        sums: &Buffer<f64>,
+    ) -> Result<(), GpuError> {
+        let mut exec = ExecuteKernel::new(tree);
         let [rows_n, width, log2_block, n_out] = t.words();
-        // SAFETY: the tree kernel's signature; partials hold `rows_n` rows of `width` values,
-        // `sums` the `n` outputs.
+        // SAFETY: the tree kernel's signature, the buffers sized as above.
         unsafe {
-            exec.set_arg(partials)
+            exec.set_arg(rows)
                 .set_arg(sums)
                 .set_arg(&rows_n)
                 .set_arg(&width)
                 .set_arg(&log2_block)
                 .set_arg(&n_out);
         }
-        exec.set_global_work_size(t.threads().next_multiple_of(64) as usize)
-            .set_local_work_size(64);
+        let wg = gpu::DeviceTree::WG as usize;
+        exec.set_global_work_size((t.threads() as usize).next_multiple_of(wg))
+            .set_local_work_size(wg);
         let what = format!("launch of the partials' tree over {rows_n} groups");
-        k.clock
-            .assemble(|| self.finish_launch(&mut exec, &what, RUN_TIMEOUT))?;
-        k.clock.transfer(|| self.download(sums, out))
+        self.finish_launch(&mut exec, &what, RUN_TIMEOUT)
     }
 }
 
@@ -564,21 +576,7 @@ mod tests {
             let input = d.upload(&table).unwrap();
             let mut slot = None;
             let sums = d.grown(&mut slot, t.threads() as usize).unwrap();
-            let mut exec = super::ExecuteKernel::new(&kernel);
-            let [a, b, c, e] = t.words();
-            // SAFETY: the tree kernel's signature, the buffers sized as it reads and writes.
-            unsafe {
-                exec.set_arg(&input)
-                    .set_arg(sums)
-                    .set_arg(&a)
-                    .set_arg(&b)
-                    .set_arg(&c)
-                    .set_arg(&e);
-            }
-            exec.set_global_work_size(t.threads().next_multiple_of(64) as usize)
-                .set_local_work_size(64);
-            d.finish_launch(&mut exec, "tree", super::RUN_TIMEOUT)
-                .unwrap();
+            d.run_tree(&kernel, t, &input, sums).unwrap();
             let mut out = vec![0.0; t.threads() as usize];
             d.download(sums, &mut out).unwrap();
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

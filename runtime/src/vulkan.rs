@@ -757,6 +757,63 @@ impl Device {
         Ok(())
     }
 
+    /// Points `set`'s storage-buffer `bindings` at their buffers.
+    fn bind_buffers(&self, set: vk::DescriptorSet, bindings: [(u32, &Buffer); 2]) {
+        let infos = bindings.map(|(_, b)| {
+            [vk::DescriptorBufferInfo::default()
+                .buffer(b.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE)]
+        });
+        let writes = [0usize, 1].map(|i| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(bindings[i].0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&infos[i])
+        });
+        // SAFETY: the set is not in use (its pool was reset for this dispatch).
+        unsafe { self.device.update_descriptor_sets(&writes, &[]) };
+    }
+
+    /// Records a dispatch of `groups` workgroups of `p` with `set` and the push constants `push`.
+    fn record_dispatch(
+        &self,
+        cmd: vk::CommandBuffer,
+        p: &Pipeline,
+        set: vk::DescriptorSet,
+        push: &[u8],
+        groups: u32,
+    ) {
+        let d = &self.device;
+        // SAFETY: `cmd` is recording; `p`, `set` and the push range match `p`'s layout.
+        unsafe {
+            d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, p.pipeline);
+            d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
+            d.cmd_push_constants(cmd, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
+            d.cmd_dispatch(cmd, groups, 1, 1);
+        }
+    }
+
+    /// Records that compute shaders' writes are visible to `access` at `stage` from here on.
+    fn barrier(&self, cmd: vk::CommandBuffer, access: vk::AccessFlags, stage: vk::PipelineStageFlags) {
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(access);
+        // SAFETY: `cmd` is recording.
+        unsafe {
+            self.device.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                stage,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
@@ -786,41 +843,14 @@ impl Device {
                     )
                     .map_err(|e| self.err("vkAllocateDescriptorSets", e))?;
                 let (set, tree_set) = (sets[0], sets[1]);
-                let buffers = k.buffers;
-                let infos = buffers.map(|(_, arg)| {
-                    let b = if arg == gpu::Arg::Inputs {
-                        input
-                    } else {
-                        partials
-                    };
-                    [vk::DescriptorBufferInfo::default()
-                        .buffer(b.buffer)
-                        .offset(0)
-                        .range(vk::WHOLE_SIZE)]
-                });
-                let writes = [0usize, 1].map(|i| {
-                    vk::WriteDescriptorSet::default()
-                        .dst_set(set)
-                        .dst_binding(buffers[i].0)
-                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                        .buffer_info(&infos[i])
-                });
-                d.update_descriptor_sets(&writes, &[]);
+                self.bind_buffers(
+                    set,
+                    k.buffers.map(|(binding, arg)| {
+                        (binding, if arg == gpu::Arg::Inputs { input } else { partials })
+                    }),
+                );
                 if let Some((_, rows)) = tree {
-                    let infos = [partials, rows].map(|b| {
-                        [vk::DescriptorBufferInfo::default()
-                            .buffer(b.buffer)
-                            .offset(0)
-                            .range(vk::WHOLE_SIZE)]
-                    });
-                    let writes = [0usize, 1].map(|i| {
-                        vk::WriteDescriptorSet::default()
-                            .dst_set(tree_set)
-                            .dst_binding(i as u32)
-                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                            .buffer_info(&infos[i])
-                    });
-                    d.update_descriptor_sets(&writes, &[]);
+                    self.bind_buffers(tree_set, [(0, partials), (1, rows)]);
                 }
                 let cmd = d
                     .allocate_command_buffers(
@@ -836,64 +866,20 @@ impl Device {
                         .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
                 )
                 .map_err(|e| self.err("vkBeginCommandBuffer", e))?;
-                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, k.main.pipeline);
-                d.cmd_bind_descriptor_sets(
-                    cmd,
-                    vk::PipelineBindPoint::COMPUTE,
-                    k.main.layout,
-                    0,
-                    &[set],
-                    &[],
-                );
                 let push = gpu::push_constants(&k.manifest, disp, paths, seed)?;
-                d.cmd_push_constants(cmd, k.main.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
-                d.cmd_dispatch(cmd, disp.groups, 1, 1);
+                self.record_dispatch(cmd, &k.main, set, &push, disp.groups);
                 if let Some((t, _)) = tree {
                     // The partials' tree, after the kernel's writes (one queue, in order).
-                    let barrier = vk::MemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                        .dst_access_mask(vk::AccessFlags::SHADER_READ);
-                    d.cmd_pipeline_barrier(
+                    self.barrier(
                         cmd,
+                        vk::AccessFlags::SHADER_READ,
                         vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::DependencyFlags::empty(),
-                        &[barrier],
-                        &[],
-                        &[],
-                    );
-                    d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, k.tree.pipeline);
-                    d.cmd_bind_descriptor_sets(
-                        cmd,
-                        vk::PipelineBindPoint::COMPUTE,
-                        k.tree.layout,
-                        0,
-                        &[tree_set],
-                        &[],
                     );
                     let words: Vec<u8> = t.words().iter().flat_map(|w| w.to_le_bytes()).collect();
-                    d.cmd_push_constants(
-                        cmd,
-                        k.tree.layout,
-                        vk::ShaderStageFlags::COMPUTE,
-                        0,
-                        &words,
-                    );
-                    let groups = t.threads().div_ceil(gpu::DeviceTree::GLSL_WG);
-                    d.cmd_dispatch(cmd, groups as u32, 1, 1);
+                    let groups = t.threads().div_ceil(u64::from(gpu::DeviceTree::WG));
+                    self.record_dispatch(cmd, &k.tree, tree_set, &words, groups as u32);
                 }
-                let barrier = vk::MemoryBarrier::default()
-                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                    .dst_access_mask(vk::AccessFlags::HOST_READ);
-                d.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::PipelineStageFlags::HOST,
-                    vk::DependencyFlags::empty(),
-                    &[barrier],
-                    &[],
-                    &[],
-                );
+                self.barrier(cmd, vk::AccessFlags::HOST_READ, vk::PipelineStageFlags::HOST);
                 d.end_command_buffer(cmd)
                     .map_err(|e| self.err("vkEndCommandBuffer", e))?;
                 let cmds = [cmd];
