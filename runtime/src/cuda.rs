@@ -422,7 +422,12 @@ impl Device {
         k.clock
             .allocate(|| {
                 // SAFETY: see above.
-                grown(slot, len, |s| s.len(), |n| unsafe { self.stream.alloc::<f64>(n) })
+                grown(
+                    slot,
+                    len,
+                    |s| s.len(),
+                    |n| unsafe { self.stream.alloc::<f64>(n) },
+                )
             })
             .map_err(|e| self.err(&format!("cuMemAlloc({what})"), e))
     }
@@ -484,7 +489,11 @@ impl Device {
                 let sums = self.reuse(k, tree_rows, n, "tree")?;
                 let threads = t.threads();
                 let cfg = LaunchConfig {
-                    grid_dim: (threads.div_ceil(u64::from(gpu::DeviceTree::WG)) as u32, 1, 1),
+                    grid_dim: (
+                        threads.div_ceil(u64::from(gpu::DeviceTree::WG)) as u32,
+                        1,
+                        1,
+                    ),
                     block_dim: (gpu::DeviceTree::WG, 1, 1),
                     shared_mem_bytes: 0,
                 };

