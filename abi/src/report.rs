@@ -208,34 +208,76 @@ impl PartialSums {
 
     /// The sums of paths `start .. start + leaves.len()` of a run of `paths` paths (leaf p-start is path p).
     pub fn from_leaves(paths: u64, start: u64, leaves: &[f64]) -> Result<PartialSums, ReportError> {
-        let mut out = PartialSums::empty(paths)?;
-        let end = start
-            .checked_add(leaves.len() as u64)
-            .filter(|&e| e <= paths)
-            .ok_or(ReportError::OutOfRange {
-                start,
-                log2_len: 0,
-                paths,
-                root: paths.next_power_of_two(),
-            })?;
-        // Tile [start, end) with maximal aligned blocks, left to right.
+        let mut out = [PartialSums::empty(paths)?];
+        PartialSums::add_rows(&mut out, start, &mut leaves.to_vec())?;
+        let [out] = out;
+        Ok(out)
+    }
+
+    /// Adds the leaves of paths `start .. start + rows.len() / columns.len()` to `columns`, one
+    /// `PartialSums` per column of the row-major table `rows` (row p is path `start + p`): the
+    /// bits `from_leaves` of each column and `merge` give, without a column's copy or a clone.
+    /// The range is tiled with maximal aligned blocks as `from_leaves` tiles it, and each block's
+    /// rows are summed in place, all columns at once (so `rows` is left holding partial sums).
+    /// Fails, changing nothing, on a range outside the run or one a column holds already.
+    pub fn add_rows(
+        columns: &mut [PartialSums],
+        start: u64,
+        rows: &mut [f64],
+    ) -> Result<(), ReportError> {
+        let width = columns.len();
+        if width == 0 {
+            return Ok(());
+        }
+        if !rows.len().is_multiple_of(width) {
+            return Err(ReportError::Shape {
+                what: "leaves in a table of rows",
+                expected: rows.len() / width * width,
+                got: rows.len(),
+            });
+        }
+        let n = (rows.len() / width) as u64;
+        for c in columns.iter() {
+            let end =
+                start
+                    .checked_add(n)
+                    .filter(|&e| e <= c.paths)
+                    .ok_or(ReportError::OutOfRange {
+                        start,
+                        log2_len: 0,
+                        paths: c.paths,
+                        root: c.paths.next_power_of_two(),
+                    })?;
+            let held = n > 0
+                && c.blocks
+                    .range(..end)
+                    .next_back()
+                    .is_some_and(|(&s, &(l, _))| s + (1u64 << l) > start);
+            if held {
+                return Err(ReportError::Overlap { start, log2_len: 0 });
+            }
+        }
+        let end = start + n;
         let mut a = start;
         while a < end {
             let mut log2 = if a == 0 { 63 } else { a.trailing_zeros() };
             while log2 > 0 && (1u64 << log2) > end - a {
                 log2 -= 1;
             }
-            let len = 1u64 << log2;
-            let lo = (a - start) as usize;
-            let sum = tree_sum(&leaves[lo..lo + len as usize]);
-            out.insert(Block {
-                start: a,
-                log2_len: log2,
-                sum,
-            })?;
-            a += len;
+            let len = 1usize << log2;
+            let lo = (a - start) as usize * width;
+            let block = &mut rows[lo..lo + len * width];
+            sum_rows_into_first(block, width);
+            for (c, &sum) in columns.iter_mut().zip(&block[..width]) {
+                c.insert(Block {
+                    start: a,
+                    log2_len: log2,
+                    sum,
+                })?;
+            }
+            a += len as u64;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Partial sums from block sums a backend computed (each `S(start, 2^log2_len)` of the run's tree).
@@ -864,6 +906,50 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(4096, 12)]
         );
+    }
+
+    #[test]
+    fn rows_added_in_any_pieces_have_the_bits_of_each_column_s_tree_sum() {
+        // 3 columns over 1000 paths, as a CPU thread's kernel writes them (row p is path p).
+        let width = 3;
+        let table: Vec<f64> = (0..1000 * width)
+            .map(|i| ((i * 7919) % 997) as f64 * 1e-3 - 0.41)
+            .collect();
+        let column =
+            |c: usize| -> Vec<f64> { table.iter().skip(c).step_by(width).copied().collect() };
+        // Ragged pieces, out of order, some unaligned: the canonical blocks make order irrelevant.
+        let pieces = [(700u64, 1000u64), (0, 3), (3, 512), (512, 700)];
+        let mut cols: Vec<PartialSums> = (0..width)
+            .map(|_| PartialSums::empty(1000).unwrap())
+            .collect();
+        for (a, b) in pieces {
+            let mut rows = table[a as usize * width..b as usize * width].to_vec();
+            PartialSums::add_rows(&mut cols, a, &mut rows).unwrap();
+        }
+        for (c, sums) in cols.iter().enumerate() {
+            assert_eq!(
+                sums.total().unwrap().to_bits(),
+                tree_sum(&column(c)).to_bits()
+            );
+        }
+        // A range held already, or past the run, is refused and changes nothing.
+        let mut part: Vec<PartialSums> = (0..width)
+            .map(|_| PartialSums::from_leaves(1000, 0, &column(0)[..600]).unwrap())
+            .collect();
+        let before = part.clone();
+        let mut rows = table[500 * width..700 * width].to_vec();
+        assert!(matches!(
+            PartialSums::add_rows(&mut part, 500, &mut rows),
+            Err(ReportError::Overlap { .. })
+        ));
+        let mut rows = table[..width * 2].to_vec();
+        assert!(matches!(
+            PartialSums::add_rows(&mut part, 999, &mut rows),
+            Err(ReportError::OutOfRange { .. })
+        ));
+        let mut ragged = vec![0.0; width + 1];
+        assert!(PartialSums::add_rows(&mut part, 600, &mut ragged).is_err());
+        assert_eq!(part, before);
     }
 
     #[test]

@@ -73,7 +73,9 @@ pub fn check(v: &Verified, mode: Mode) -> Result<(), OverBudget> {
         .filter(|&m| m != mode && statements_fit(v, m))
         .map(|m| m.name())
         .collect();
-    let hint = if others.is_empty() {
+    let hint = if others.is_empty() && v.outputs.len() <= 1 {
+        ": the tape is too long for one kernel; record the product over shorter tapes".to_string()
+    } else if others.is_empty() {
         ": split the tape's outputs over several tapes".to_string()
     } else {
         format!(

@@ -19,6 +19,19 @@ use std::time::Instant;
 /// The most paths one dispatch covers (the ABI's limit).
 pub const MAX_PATHS_PER_DISPATCH: u64 = 1 << 27;
 
+/// The most bytes of group partials one step of a GPU run holds (on the device and on the host):
+/// wide tapes run in more, shorter steps, so memory does not grow with the paths x sums.
+pub const PARTIALS_BYTES: u64 = 256 << 20;
+
+/// Paths one step of a run of `m` covers so that its group partials stay within
+/// [`PARTIALS_BYTES`]: a multiple of 1024 (at least 1024); for the usual tapes, more than
+/// [`MAX_PATHS_PER_DISPATCH`] (no limit).
+pub fn partials_paths(m: &Manifest) -> u64 {
+    let group_bytes = (m.row_len() as u64).max(1) * 8;
+    let paths = PARTIALS_BYTES / group_bytes * u64::from(m.workgroup_size.max(1));
+    (paths / 1024 * 1024).max(1024)
+}
+
 /// Why a GPU backend could not open, compile or run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GpuError {
@@ -801,6 +814,24 @@ pub(crate) mod tests {
             whole_run_tree(&m, 100, &[Dispatch { base: 0, groups: 1 }]),
             None
         );
+    }
+
+    /// A usual tape's whole run fits one step; a wide one's steps keep its partials in bounds.
+    #[test]
+    fn partials_bound_the_step_only_for_wide_tapes() {
+        let mut m = manifest(crate::manifest::Target::Cuda, false);
+        assert!(
+            partials_paths(&m) >= MAX_PATHS_PER_DISPATCH,
+            "{}",
+            m.row_len()
+        );
+        let one = m.sums[0].clone();
+        m.sums = vec![one; 20_003];
+        let step = partials_paths(&m);
+        assert!(step.is_multiple_of(1024) && step >= 1024, "{step}");
+        let groups = step / u64::from(m.workgroup_size);
+        assert!(groups * m.row_len() as u64 * 8 <= PARTIALS_BYTES);
+        assert!((groups + 1024) * m.row_len() as u64 * 8 > PARTIALS_BYTES);
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub use manifest::{Manifest, Mode, Precision, Target};
 pub use report::{OutputReport, PartialSums, Report, ReportError};
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Path ranges given to one chunk or device start at multiples of this (TAPE-FORMAT.md, Results).
@@ -482,7 +482,8 @@ impl Backend {
         market_of: (usize, usize),
     ) -> Result<Vec<PartialSums>, RuntimeError> {
         let step = match (self, opts.chunk_paths) {
-            (Backend::Cpu, _) | (_, None) => self.max_range(),
+            (Backend::Cpu, _) => self.max_range(),
+            (_, None) => self.max_range().min(gpu::partials_paths(kernel.manifest())),
             (_, Some(c)) => c.min(self.max_range()),
         };
         let step = (step.max(PATH_ALIGN) / PATH_ALIGN) * PATH_ALIGN;
@@ -731,7 +732,26 @@ fn default_chunk(len: u64, threads: usize) -> u64 {
     (per.div_ceil(PATH_ALIGN) * PATH_ALIGN).clamp(PATH_ALIGN, 64 * PATH_ALIGN)
 }
 
-/// Runs `range` on `kernel` over threads in aligned chunks and merges their partial sums.
+/// The most bytes of per-path leaves one CPU thread holds at a time: a chunk is run in pieces
+/// of at most this many rows, so a run's memory is bounded by threads x this plus the partial
+/// sums (a few blocks per sum), whatever the path count or the tape's width.
+const CPU_LEAVES_BYTES: usize = 8 << 20;
+
+/// Paths per kernel call on one CPU thread: all of a chunk unless its leaves would pass
+/// `CPU_LEAVES_BYTES`, then the largest power of two that fits (at least one path).
+fn cpu_piece_paths(chunk: u64, row: usize) -> u64 {
+    let fit = (CPU_LEAVES_BYTES / (row.max(1) * 8)).max(1) as u64;
+    if fit >= chunk {
+        chunk
+    } else {
+        1 << fit.ilog2()
+    }
+}
+
+/// Runs `range` on `kernel` over threads in aligned chunks, a piece of a chunk at a time; each
+/// chunk's leaves go straight into partial sums, merged into the run's as the chunk ends (the
+/// tree's canonical blocks give the same bits in any order, and siblings merge at once, so the
+/// run's sums hold a few blocks each, whatever the path count).
 fn cpu_range_sums(
     kernel: &cpu::Compiled,
     market: &[f64],
@@ -750,46 +770,55 @@ fn cpu_range_sums(
     let chunk = opts
         .chunk_paths
         .unwrap_or_else(|| default_chunk(len, threads));
+    let piece = cpu_piece_paths(chunk, row);
     // Chunk boundaries: multiples of `chunk` from the range start (itself aligned), and the end.
     let n_chunks = len.div_ceil(chunk);
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
-    let failed = AtomicBool::new(false);
-    type ChunkResult = (u64, Result<Vec<PartialSums>, RuntimeError>);
-    let results: Mutex<Vec<ChunkResult>> = Mutex::new(Vec::new());
+    let empty = || -> Result<Vec<PartialSums>, RuntimeError> {
+        (0..row)
+            .map(|_| PartialSums::empty(paths).map_err(RuntimeError::from))
+            .collect()
+    };
+    // The run's sums, or the first error (which stops every worker at its next chunk).
+    let run: Mutex<Result<Vec<PartialSums>, RuntimeError>> = Mutex::new(empty());
+    let lock = || run.lock().unwrap_or_else(|e| e.into_inner());
     let work = || {
         let mut out = Vec::new();
         loop {
-            if failed.load(Ordering::Relaxed) {
-                break;
+            if lock().is_err() {
+                return;
             }
             let c = next.fetch_add(1, Ordering::Relaxed);
             if c >= n_chunks {
-                break;
+                return;
             }
             let a = range.start + c * chunk;
             let b = (a + chunk).min(range.end);
-            let count = (b - a) as usize;
-            out.clear();
-            out.resize(count * row, 0.0);
-            let r = kernel.run(market, seed, a, &mut out).and_then(|()| {
-                let mut column = vec![0.0; count];
-                (0..row)
-                    .map(|j| {
-                        for (p, x) in column.iter_mut().enumerate() {
-                            *x = out[p * row + j];
-                        }
-                        PartialSums::from_leaves(paths, a, &column).map_err(RuntimeError::from)
-                    })
-                    .collect::<Result<Vec<_>, _>>()
+            let chunk_sums = empty().and_then(|mut sums| {
+                let mut p = a;
+                while p < b {
+                    let q = (p + piece).min(b);
+                    out.clear();
+                    out.resize((q - p) as usize * row, 0.0);
+                    kernel.run(market, seed, p, &mut out)?;
+                    PartialSums::add_rows(&mut sums, p, &mut out)?;
+                    p = q;
+                }
+                Ok(sums)
             });
-            if r.is_err() {
-                failed.store(true, Ordering::Relaxed);
+            {
+                let mut run = lock();
+                let merged = match (&mut *run, chunk_sums) {
+                    (Ok(sums), Ok(part)) => merge_into(sums, &part),
+                    (Ok(_), Err(e)) => Err(e),
+                    (Err(_), _) => return,
+                };
+                if let Err(e) = merged {
+                    *run = Err(e);
+                    return;
+                }
             }
-            results
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((c, r));
             let d = done.fetch_add(b - a, Ordering::Relaxed) + (b - a);
             if let Some(progress) = opts.progress {
                 progress(Progress {
@@ -811,17 +840,7 @@ fn cpu_range_sums(
             }
         });
     }
-    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    results.sort_by_key(|(c, _)| *c);
-    let mut sums: Vec<PartialSums> = (0..row)
-        .map(|_| PartialSums::empty(paths))
-        .collect::<Result<_, _>>()?;
-    for (_, r) in results {
-        for (s, p) in sums.iter_mut().zip(r?) {
-            s.merge(&p)?;
-        }
-    }
-    Ok(sums)
+    run.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 pub mod cuda;

@@ -355,3 +355,72 @@ fn a_kernel_runs_only_with_its_own_manifest() {
     opts.seal(&src);
     refused(&src, &opts, "compile_options");
 }
+
+/// A tape of `n` inputs and one output, `z * (x_0 + ... + x_{n-1})` (scripts/wide-tape.py's shape):
+/// its reverse kernel writes 2n + 3 sums a path.
+fn wide_kernel(n: usize) -> (String, Manifest) {
+    let mut text = String::from("nablatape 1\n");
+    for i in 0..n {
+        text += &format!("%{i} = input x{i} 1.0\n");
+    }
+    text += &format!("%{n} = normal 0\n%{} = mul %0 %{n}\n", n + 1);
+    let (mut acc, mut k) = (n + 1, n + 2);
+    for i in 1..n {
+        text += &format!("%{k} = mul %{i} %{n}\n%{} = add %{acc} %{k}\n", k + 1);
+        acc = k + 1;
+        k += 2;
+    }
+    text += &format!("output y = %{acc}\n");
+    let tape = nablac::verify::verify(nablac::format::read(text.as_bytes()).unwrap()).unwrap();
+    let opts = CompileOptions {
+        mode: Mode::Reverse,
+        precision: Precision::F64,
+        ..CompileOptions::new(Target::Cpu)
+    };
+    let k = compile(&tape, &opts).unwrap();
+    (k.source, k.manifest)
+}
+
+/// A tape so wide that a chunk's leaves would pass the CPU's per-thread bound runs in pieces of
+/// a chunk; the report keeps the bits of the fixed-order sums of all the leaves, whatever the
+/// threads and chunks.
+#[test]
+fn a_wide_tape_runs_in_pieces_with_the_same_bits() {
+    let (src, m) = wide_kernel(700);
+    let c = cpu::load(&src, &m).unwrap();
+    let row = c.row_len();
+    assert_eq!(row, 2 * 700 + 3);
+    // 8 MiB of leaves a thread: 747 rows of 1,403 f64s, so a 1024-path chunk runs as 512 + 512.
+    assert!(row * 8 * 1024 > 8 << 20);
+    let b = Backend::open(Target::Cpu).unwrap();
+    let k = b.load(&src, &m).unwrap();
+    let paths = 2500u64;
+    let shifts = b
+        .shifts(&k, &m.input_defaults, 42, &RunOptions::default())
+        .unwrap();
+    let inputs: Vec<f64> = m.input_defaults.iter().chain(&shifts).copied().collect();
+    let mut out = vec![0.0; paths as usize * row];
+    c.run(&inputs, 42, 0, &mut out).unwrap();
+    let col = |j: usize| tree_sum(&out.iter().skip(j).step_by(row).copied().collect::<Vec<_>>());
+    let n = paths as f64;
+    let want = run(&b, &k, paths, Some(1), Some(1024));
+    let o = &want[0].outputs[0];
+    assert_eq!(o.value.to_bits(), (col(0) / n).to_bits());
+    assert_eq!(o.greeks.len(), 700);
+    for (i, g) in o.greeks.iter().enumerate() {
+        assert_eq!(g.1.to_bits(), (col(2 + i) / n).to_bits(), "greek {}", g.0);
+    }
+    // d value / d x_i is the mean draw for every i: about 0, within a few standard errors.
+    assert!(o.greeks[0].1.abs() < 5.0 / n.sqrt(), "{}", o.greeks[0].1);
+    for (threads, chunk) in [
+        (Some(2), Some(1024)),
+        (Some(2), None),
+        (Some(3), Some(2048)),
+    ] {
+        assert_eq!(
+            bits(&run(&b, &k, paths, threads, chunk)),
+            bits(&want),
+            "threads {threads:?} chunk {chunk:?}"
+        );
+    }
+}

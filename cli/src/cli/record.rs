@@ -114,26 +114,29 @@ fn product_values() -> Vec<PossibleValue> {
 }
 
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)] // --rho -0.2, --barrier -5 (then refused by its range)
 pub struct RecordArgs {
     /// The product (each reads the options listed below).
     #[arg(value_name = "PRODUCT", value_parser = clap::builder::PossibleValuesParser::new(product_values()))]
     product: String,
-    /// Time steps: averaging dates (asian), monitoring dates (barrier), steps (basket).
+    /// Time steps: averaging dates (asian), monitoring dates (barrier), steps (basket);
+    /// 1 ..= 1,000,000.
     #[arg(long, value_name = "N")]
     steps: Option<u32>,
-    /// Assets in the basket.
+    /// Assets in the basket, 1 ..= 64.
     #[arg(long, value_name = "N")]
     assets: Option<u32>,
     /// Record an input at another value, e.g. --market spot=105 (repeatable).
     #[arg(long = "market", value_name = "NAME=VALUE", value_parser = super::parse_market)]
     market: Vec<(String, f64)>,
-    /// Barrier level (barrier).
+    /// Barrier level (barrier), finite and positive.
     #[arg(long, value_name = "LEVEL")]
     barrier: Option<f64>,
-    /// Width of the barrier's smoothing, as a fraction of the barrier level (barrier).
+    /// Width of the barrier's smoothing, as a fraction of the barrier level (barrier), finite
+    /// and positive.
     #[arg(long, value_name = "W")]
     smoothing: Option<f64>,
-    /// Correlation between every pair of basket assets (basket).
+    /// Correlation between every pair of basket assets (basket), -1/(assets - 1) < RHO < 1.
     #[arg(long, value_name = "RHO")]
     rho: Option<f64>,
     /// Output file: binary for `.bin`, text for `.ntape`; `-` writes text to standard output.
