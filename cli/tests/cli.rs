@@ -618,6 +618,8 @@ fn out_of_range_options_and_unsafe_outputs_are_refused() {
             "--min-blocks = 4294967295 is out of range",
         ),
         ("--ckpt-nodes", "0", "--ckpt-nodes = 0 is out of range"),
+        ("--markets", "0", "--markets 0 is out of range"),
+        ("--workgroup", "3", "workgroup size 3 is not a power of two"),
     ] {
         let e = fails(
             &["e.bin", "--target", "cuda", "-o", "k.cu", option, value],
@@ -641,9 +643,29 @@ fn out_of_range_options_and_unsafe_outputs_are_refused() {
     let e = fails(&["e.bin", "--target", "cuda", "-o", "k2.cu"], &d, 1);
     assert!(e.contains("not a regular file"), "{e}");
     assert_eq!(files_in(&d), ["e.bin", "k2.cu.json", "out"]);
-    // Paths past 2^63 - 1.
+    // Paths past 2^63 - 1, threads out of 1..=4096, a negative seed.
     let e = fails(&["run", "e.bin", "--paths", "9223372036854775808"], &d, 1);
     assert!(e.contains("--paths must be between 1 and 2^63 - 1"), "{e}");
+    let e = fails(
+        &["run", "e.bin", "--paths", "1024", "--threads", "0"],
+        &d,
+        1,
+    );
+    assert!(e.contains("0 is not in 1..=4096"), "{e}");
+    let e = fails(&["run", "e.bin", "--seed", "-1"], &d, 1);
+    assert!(e.contains("invalid value '-1' for '--seed"), "{e}");
+    // A negative number is a value: refused by the option's own range, or taken.
+    let e = fails(
+        &["record", "barrier", "--barrier", "-5", "-o", "b.bin"],
+        &d,
+        1,
+    );
+    assert!(
+        e.contains("barrier = -5: must be finite and positive"),
+        "{e}"
+    );
+    ok(&["record", "basket", "--rho", "-0.2", "-o", "b.bin"], &d);
+    std::fs::remove_file(d.join("b.bin")).unwrap();
     // A market value past f32's range on an f32 kernel.
     let e = fails(
         &[
@@ -1413,7 +1435,7 @@ fn results_one_can_trust() {
     );
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
-        !text.contains("± 0.000e0") && text.contains("4096 non-finite"),
+        !text.contains("± 0") && text.contains("NaN ± NaN") && text.contains("4096 non-finite"),
         "{text}"
     );
     fails(
@@ -1810,4 +1832,51 @@ fn explain_for_the_cpu_target_reports_the_storage_slots() {
         .unwrap();
     assert_eq!(chosen["work"]["storage_slots"], slots);
     assert!(slots >= chosen["work"]["max_live"].as_u64().unwrap() as u32);
+}
+
+/// Issue 12, point 4: the table prints every estimate to its standard error's second
+/// significant digit, the estimate to the same decimal place, and the same numbers as the JSON.
+#[test]
+fn the_table_prints_each_estimate_to_its_error_s_second_digit() {
+    let d = scratch("numbers");
+    ok(&["record", "asian", "--steps", "16", "-o", "a.bin"], &d);
+    let args = ["run", "a.bin", "--paths", "4096"];
+    let table = ok(&args, &d);
+    let json: Value = serde_json::from_str(&ok(&[&args[..], &["--json"]].concat(), &d)).unwrap();
+    let price = &json["outputs"]["price"];
+    let mut rows = 0;
+    for line in table.lines() {
+        let Some((left, err)) = line.split_once(" ± ") else {
+            continue;
+        };
+        let (name, value) = left.trim().rsplit_once(' ').unwrap();
+        let name = name.trim();
+        let (want, want_se) = if name == "price" {
+            (price["value"].as_f64(), price["stderr"].as_f64())
+        } else {
+            let g = name.strip_prefix("d/d").unwrap();
+            (
+                price["greeks"][g].as_f64(),
+                price["greek_stderr"][g].as_f64(),
+            )
+        };
+        let (want, want_se) = (want.unwrap(), want_se.unwrap());
+        // Two significant digits of the error; the value to the same place.
+        let digits = err.trim_start_matches(['0', '.']).replace('.', "");
+        assert_eq!(digits.len(), 2, "{line}");
+        let places = |s: &str| s.split_once('.').map_or(0, |(_, f)| f.len());
+        assert_eq!(places(value), places(err), "{line}");
+        let unit = 10f64.powi(-(places(err) as i32));
+        let (v, e): (f64, f64) = (value.parse().unwrap(), err.parse().unwrap());
+        assert!(
+            (v - want).abs() <= unit / 2.0 * (1.0 + 1e-9),
+            "{line}: {want}"
+        );
+        assert!(
+            (e - want_se).abs() <= unit / 2.0 * (1.0 + 1e-9),
+            "{line}: {want_se}"
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, 6, "{table}");
 }

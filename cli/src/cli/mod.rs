@@ -15,6 +15,7 @@ mod honour;
 mod inspect;
 mod ladder;
 mod manual;
+mod number;
 mod output;
 mod record;
 mod run;

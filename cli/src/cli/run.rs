@@ -1,6 +1,6 @@
 //! `nablac run TAPE|KERNEL --target ... --paths N --seed S`: price and Greeks.
 
-use super::{is_stdio, CompileOpts, Given, TargetArg};
+use super::{is_stdio, number, CompileOpts, Given, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nablac::compile::CpuBackend;
@@ -12,6 +12,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)] // --seed -1 is an invalid value, not an argument
 pub struct RunArgs {
     /// A tape (compiled first) or a kernel emitted by nablac, with its manifest at KERNEL.json;
     /// `-` reads either from standard input (a kernel then needs --manifest).
@@ -46,8 +47,9 @@ pub struct RunArgs {
     /// The Greek --plot draws: d output / d INPUT [default: the first laddered input].
     #[arg(long, value_name = "INPUT", requires = "plot")]
     plot_greek: Option<String>,
-    /// CPU worker threads (cpu target; default: every core). Never changes a result.
-    #[arg(long, value_name = "N")]
+    /// CPU worker threads, 1 ..= 4096 (cpu target; default: every core). Never changes a result.
+    #[arg(long, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     threads: Option<usize>,
     /// The CPU code's back end (cpu target, a tape): llvm (one path per SIMD lane; the default
     /// when nablac is built with LLVM, for kernels of at most 50,000 nodes and 512 per-path
@@ -606,12 +608,17 @@ fn print_ladder_table(
             .ladder
             .iter()
             .filter_map(|l| m.inputs.iter().position(|n| *n == l.name))
-            .map(|i| format!("{:>12}", mk[i]))
+            .map(|i| format!("{:>12}", number::given(mk[i])))
             .collect();
         for o in &r.outputs {
-            row.push(format!("{:>22.15} {:>10.3e}", o.value, o.stderr));
-            for (_, g) in &o.greeks {
-                row.push(format!("{g:>22.15}"));
+            let (v, e) = number::estimate(o.value, o.stderr);
+            row.push(format!("{v:>22} {e:>10}"));
+            for (k, (_, g)) in o.greeks.iter().enumerate() {
+                let g = match o.greek_stderr.get(k) {
+                    Some(&se) => number::estimate(*g, se).0,
+                    None => number::plain(*g),
+                };
+                row.push(format!("{g:>22}"));
             }
         }
         writeln!(out, "{}", row.join(" "))?;
@@ -651,11 +658,12 @@ fn print_table(
     let (m, t) = (cx.manifest, cx.timings);
     writeln!(
         out,
-        "{} {} {} {} paths, seed {}, {:.3} s ({:.2} Mpaths/s)",
+        "{} {} {} {} path{}, seed {}, {:.3} s ({:.2} Mpaths/s)",
         m.target.name(),
         m.precision.name(),
         m.mode.name(),
         args.paths,
+        if args.paths == 1 { "" } else { "s" },
         args.seed,
         t.run,
         args.paths as f64 / t.run / 1e6
@@ -665,12 +673,19 @@ fn print_table(
     } else {
         writeln!(
             out,
-            "load {:.3} s (compile and driver compile{}); run: device {:.3} s, assembly {:.3} s, other {:.3} s",
+            "load {:.3} s (compile and driver compile{}); run: device {:.3} s, assembly {:.3} s, \
+             transfer {:.3} s, allocation {:.3} s, other {:.3} s",
             t.load,
-            if cx.cache_hit == Some(true) { ", cached" } else { "" },
+            if cx.cache_hit == Some(true) {
+                ", cached"
+            } else {
+                ""
+            },
             t.device,
             t.assembly,
-            (t.run - t.device - t.assembly).max(0.0)
+            t.transfer,
+            t.allocation,
+            (t.run - t.device - t.assembly - t.transfer - t.allocation).max(0.0)
         )?;
     }
     for o in &report.outputs {
@@ -679,15 +694,15 @@ fn print_table(
         } else {
             String::new()
         };
-        writeln!(
-            out,
-            "{:<12} {:>22.15} ± {:.3e}{left_out}",
-            o.name, o.value, o.stderr
-        )?;
+        let (v, e) = number::estimate(o.value, o.stderr);
+        writeln!(out, "{:<12} {v:>22} ± {e}{left_out}", o.name)?;
         for (k, (input, g)) in o.greeks.iter().enumerate() {
             match o.greek_stderr.get(k) {
-                Some(se) => writeln!(out, "  d/d{:<9} {:>22.15} ± {:.3e}", input, g, se)?,
-                None => writeln!(out, "  d/d{:<9} {:>22.15}", input, g)?,
+                Some(&se) => {
+                    let (g, e) = number::estimate(*g, se);
+                    writeln!(out, "  d/d{input:<9} {g:>22} ± {e}")?
+                }
+                None => writeln!(out, "  d/d{input:<9} {:>22}", number::plain(*g))?,
             }
         }
     }
