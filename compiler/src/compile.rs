@@ -276,6 +276,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
     }
     crate::budget::check(tape, opts.mode)?;
     let plan = crate::passes::plan(tape, &opts.segments);
+    crate::emit::check_values_fit(tape, &plan, opts.precision)?;
     let (source, manifest) = match opts.target {
         Target::Cpu => {
             let o = crate::clif::Options {
@@ -336,6 +337,45 @@ mod tests {
     fn european() -> Verified {
         let p = Product::EuropeanCall;
         verified(&record(p, &Options::defaults(p), &Market::default()).unwrap())
+    }
+
+    /// A number f32 cannot hold (a constant, an input's recorded value) is refused by every
+    /// target's f32 kernel (the CPU's ran and priced NaN), and taken in f64.
+    #[test]
+    fn values_past_f32_are_refused_on_every_target() {
+        let mut big_const = european().into_tape();
+        let k = big_const
+            .nodes
+            .iter()
+            .find_map(|n| match *n {
+                crate::tape::Node::Const(k) => Some(k as usize),
+                _ => None,
+            })
+            .unwrap();
+        big_const.consts[k] = 1e39;
+        let mut big_input = european().into_tape();
+        big_input.inputs[0].value = -1e39;
+        for target in [Target::Cpu, Target::Cuda, Target::Opencl, Target::Glsl] {
+            for (tape, want) in [
+                (&big_const, "constant 1e39 at"),
+                (&big_input, "input spot was recorded at -1e39"),
+            ] {
+                let v = verified(tape);
+                let f32 = CompileOptions {
+                    precision: Precision::F32,
+                    ..CompileOptions::new(target)
+                };
+                let e = compile(&v, &f32).unwrap_err().to_string();
+                assert!(e.contains(want) && e.contains("overflows f32"), "{target:?}: {e}");
+                if target != Target::Glsl {
+                    let f64 = CompileOptions {
+                        precision: Precision::F64,
+                        ..CompileOptions::new(target)
+                    };
+                    assert!(compile(&v, &f64).is_ok(), "{target:?}");
+                }
+            }
+        }
     }
 
     /// The default CPU back end: LLVM for the corpus's sizes, Cranelift past either limit.

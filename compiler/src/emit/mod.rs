@@ -154,6 +154,12 @@ pub enum EmitError {
         value: f64,
         precision: &'static str,
     },
+    #[error("input {name} was recorded at {value:e}, which overflows {precision} (record it at a value the kernel can hold, or use f64)")]
+    InputOverflow {
+        name: String,
+        value: f64,
+        precision: &'static str,
+    },
     #[error("tape is malformed: {0}")]
     Tape(String),
     #[error("plan does not fit the tape: {0}")]
@@ -252,24 +258,40 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
             });
         }
     }
-    if opts.precision == Precision::F32 {
-        for v in tape.ids().filter(|v| plan.activity.live[v.index()]) {
-            if let Node::Const(k) = *tape.node(v) {
-                let value = tape.consts[k as usize];
-                if !(value as f32).is_finite() {
-                    return Err(EmitError::ConstOverflow {
-                        node: v,
-                        value,
-                        precision: "f32",
-                    });
-                }
-            }
-        }
-    }
+    check_values_fit(tape, plan, opts.precision)?;
     let source = skeleton::render(&body, opts)?;
     let mut manifest = fill::build(v, plan, opts, &schedule)?;
     manifest.seal(&source);
     Ok(Kernel { source, manifest })
+}
+
+/// Every target's check that the tape's numbers exist in the kernel precision: each live
+/// constant (a literal in the source) and each input's recorded value (the run's default
+/// market) is finite there; f32 rounds anything past 3.4028235e38 to an infinity.
+pub fn check_values_fit(tape: &Tape, plan: &Plan, precision: Precision) -> Result<(), EmitError> {
+    if precision != Precision::F32 {
+        return Ok(());
+    }
+    for v in tape.ids().filter(|v| plan.activity.live[v.index()]) {
+        if let Node::Const(k) = *tape.node(v) {
+            let value = tape.consts[k as usize];
+            if !(value as f32).is_finite() {
+                return Err(EmitError::ConstOverflow {
+                    node: v,
+                    value,
+                    precision: "f32",
+                });
+            }
+        }
+    }
+    if let Some(i) = tape.inputs.iter().find(|i| !(i.value as f32).is_finite()) {
+        return Err(EmitError::InputOverflow {
+            name: i.name.clone(),
+            value: i.value,
+            precision: "f32",
+        });
+    }
+    Ok(())
 }
 
 /// Checks that a checkpointed plan's segments only read what they may (their own nodes,
