@@ -1,17 +1,20 @@
 //! Results: the fixed summation order of TAPE-FORMAT.md (Results) and the report built from it.
 //!
 //! Every sum over paths is one balanced pairwise tree over aligned power-of-two blocks of path
-//! indices, with zero padding:
+//! indices, padded with -0.0:
 //!
 //! ```text
-//! leaf p   = path p's leaf of the sum as f64 ([`output_leaves`]); +0.0 for p >= paths
+//! leaf p   = path p's leaf of the sum as f64 ([`output_leaves`]); -0.0 for p >= paths
 //! S(a, 1)  = leaf a
 //! S(a, 2m) = S(a, m) + S(a + m, m)            (f64, a a multiple of 2m)
-//! sum      = S(0, R),  R = paths.next_power_of_two()   (the smallest root)
+//! sum      = S(0, R) for any power of two R >= paths
 //! ```
 //!
-//! Padding is added literally (`x + 0.0`), so the only thing the root size could change is the sign
-//! of an all-`-0.0` sum; fixing `R` as the smallest power of two `>= paths` makes even that exact.
+//! `x + -0.0` is `x` for every x (`-0.0` and NaN payloads included), so padding never changes a
+//! bit and the root size does not matter: a block whose sibling is all padding is its own parent,
+//! and a GPU workgroup that runs past the run's end (its lanes add `-0.0`) sums what the host would.
+//! (With +0.0 padding an all-`-0.0` sum turned +0.0 depending on the root: a 1-path GPU run
+//! disagreed with the CPU.)
 //!
 //! A run over any path range reports [`PartialSums`]: the sums of the maximal aligned blocks that tile
 //! its range (TAPE-FORMAT.md asks for ranges whose ends are multiples of 1024 or the path count; any
@@ -90,7 +93,7 @@ pub fn tree_sum(leaves: &[f64]) -> f64 {
 /// [`tree_sum`] of every column of `rows`, a row-major table `width` values wide (a GPU's group
 /// partials: row g holds group g's sums; a last partial row is ignored), computed in place on
 /// whole rows, level by level: `S(a, 2m) = S(a, m) + S(a + m, m)`, a missing sibling at an odd
-/// level a zero row (an all-zero block sums to +0.0). `tree_sum` is the one-column case, so
+/// level padding (-0.0: the row is its own parent). `tree_sum` is the one-column case, so
 /// every column has its bits. A long table is cut into aligned power-of-two runs of rows, each
 /// a subtree of the same tree, summed on threads of their own; their roots are then summed
 /// like any rows, so the thread count never changes a bit.
@@ -147,11 +150,9 @@ fn sum_rows_into_first(rows: &mut [f64], width: usize) {
             }
         }
         if n % 2 == 1 {
-            // The odd row's sibling is a zero row: `x + 0.0` (which turns -0.0 into +0.0).
+            // The odd row's sibling is padding: `x + -0.0` is `x`.
             let src = (n - 1) * width;
-            for c in 0..width {
-                rows[half * width + c] = rows[src + c] + 0.0;
-            }
+            rows.copy_within(src..src + width, half * width);
         }
         n = n.div_ceil(2);
     }
@@ -180,8 +181,8 @@ impl PartialSums {
     /// The whole run's sums from equal aligned blocks that tile it from path 0: `blocks` blocks of
     /// `2^log2_len` paths, the first `blocks` starting below `paths` (what a GPU run's group
     /// partials are), whose `tree_sum` (or column of [`tree_sum_rows`]) is `total`. That is the
-    /// bits inserting the blocks one by one gives (padding past the run adds +0.0 literally, as
-    /// `insert` does), in O(blocks) adds and no map; fails unless the blocks tile the run.
+    /// bits inserting the blocks one by one gives (padding past the run is -0.0, which adds
+    /// nothing), in O(blocks) adds and no map; fails unless the blocks tile the run.
     pub fn from_tiling_sum(
         paths: u64,
         log2_len: u32,
@@ -315,10 +316,9 @@ impl PartialSums {
             while top.len() < root {
                 let m = top.len();
                 if top.start % (2 * m) == 0 {
-                    // A left child: only padding can be its right sibling yet.
-                    if top.start + m >= self.paths {
-                        top.sum += 0.0; // S(sib, m) of padding is +0.0, added literally
-                    } else {
+                    // A left child: only padding can be its right sibling yet. S(sib, m) of
+                    // padding is -0.0, the identity, so the block is its own parent.
+                    if top.start + m < self.paths {
                         break;
                     }
                 } else {
@@ -441,12 +441,15 @@ impl PartialSums {
             let m = 1u64 << l;
             if s % (2 * m) == 0 {
                 let sib = s + m;
-                if sib >= self.paths {
-                    v += 0.0; // S(sib, m) of padding is +0.0, added literally
-                } else if self.blocks.get(&sib).is_some_and(|&(sl, _)| sl == l) {
-                    v += self.blocks.remove(&sib).map_or(0.0, |(_, x)| x);
-                } else {
-                    break;
+                // S(sib, m) of padding is -0.0, the identity: the block is its own parent.
+                if sib < self.paths {
+                    match self.blocks.get(&sib) {
+                        Some(&(sl, x)) if sl == l => {
+                            self.blocks.remove(&sib);
+                            v += x;
+                        }
+                        _ => break,
+                    }
                 }
             } else {
                 let sib = s - m;
@@ -808,7 +811,7 @@ mod tests {
 
     fn naive_tree(leaves: &[f64], a: usize, m: usize) -> f64 {
         if m == 1 {
-            return leaves.get(a).copied().unwrap_or(0.0);
+            return leaves.get(a).copied().unwrap_or(-0.0);
         }
         naive_tree(leaves, a, m / 2) + naive_tree(leaves, a + m / 2, m / 2)
     }
@@ -855,13 +858,11 @@ mod tests {
         assert_eq!(tree_sum(&x), 0.0);
         assert_eq!(x.iter().sum::<f64>(), 1.0); // left to right differs
         let y = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(
-            tree_sum(&y),
-            ((1.0 + 2.0) + (3.0 + 4.0)) + ((5.0 + 0.0) + 0.0)
-        );
-        // An all -0.0 run of a power-of-two size keeps its sign; padding makes it +0.0.
+        assert_eq!(tree_sum(&y), ((1.0 + 2.0) + (3.0 + 4.0)) + 5.0);
+        // An all -0.0 run keeps its sign whatever its size (padding is -0.0); +0.0 wins a mix.
         assert!(tree_sum(&[-0.0, -0.0]).is_sign_negative());
-        assert!(tree_sum(&[-0.0, -0.0, -0.0]).is_sign_positive());
+        assert!(tree_sum(&[-0.0, -0.0, -0.0]).is_sign_negative());
+        assert!(tree_sum(&[-0.0, 0.0, -0.0]).is_sign_positive());
         for n in 1..40usize {
             let v: Vec<f64> = (0..n)
                 .map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i as i32 % 7))

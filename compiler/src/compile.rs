@@ -366,7 +366,10 @@ mod tests {
                     ..CompileOptions::new(target)
                 };
                 let e = compile(&v, &f32).unwrap_err().to_string();
-                assert!(e.contains(want) && e.contains("overflows f32"), "{target:?}: {e}");
+                assert!(
+                    e.contains(want) && e.contains("overflows f32"),
+                    "{target:?}: {e}"
+                );
                 if target != Target::Glsl {
                     let f64 = CompileOptions {
                         precision: Precision::F64,

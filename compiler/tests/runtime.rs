@@ -858,3 +858,42 @@ fn a_draw_whose_f32_u1_rounds_to_one_is_zero_not_nan() {
         }
     }
 }
+
+/// Issue 14's finding: vulkan summed 0.0 where cpu and opencl summed -0.0 (Vulkan may drop a
+/// zero's sign unless the kernel keeps it), and a run shorter than a workgroup summed +0.0 on
+/// every GPU (its padding was +0.0) where the CPU summed -0.0. Now padding is -0.0, the identity:
+/// `x * -0.0` sums to -0.0 at every path count on every backend, in price, reverse and forward
+/// kernels, and every report has the CPU's bits (the reverse Greek is +0.0: its adjoint starts
+/// at 0 and adds -0.0; the forward one -0.0).
+#[test]
+fn an_all_negative_zero_output_sums_to_negative_zero_everywhere() {
+    let text = "nablatape 1\n%0 = input x 1.5\n%1 = const -0.0\n%2 = mul %0 %1\noutput y = %2\n";
+    let tape = nablac::format::read(text.as_bytes()).expect("reads");
+    let mut cpu = std::collections::BTreeMap::new();
+    for (target, backend) in backends() {
+        for precision in [Precision::F32, Precision::F64] {
+            for mode in [Mode::Price, Mode::Reverse, Mode::Forward] {
+                let Some(k) = kernel(target, &backend, &tape, Config::plain(precision, mode))
+                else {
+                    continue;
+                };
+                for paths in [1, 2, 3, 100, 128, 129, 2048, 5000] {
+                    let r = run1(&backend, &k, &[1.5], paths);
+                    let what = format!(
+                        "{} {precision:?} {mode:?} {paths} paths",
+                        backend_name(target)
+                    );
+                    let o = &r.outputs[0];
+                    assert_eq!(o.value.to_bits(), (-0.0f64).to_bits(), "{what}: {r:?}");
+                    assert_eq!(
+                        (o.non_finite, o.greeks.len()),
+                        (0, usize::from(mode != Mode::Price))
+                    );
+                    let key = (format!("{precision:?} {mode:?}"), paths);
+                    let want = cpu.entry(key).or_insert_with(|| bits(&r));
+                    assert_eq!(&bits(&r), want, "{what}: {r:?}");
+                }
+            }
+        }
+    }
+}

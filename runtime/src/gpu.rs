@@ -391,7 +391,7 @@ pub fn whole_run_tree(
 
 /// Rows of group partials summed on the device, in the fixed tree of TAPE-FORMAT.md: output row
 /// `b`, column `c` is `S` over rows `[b 2^log2_block, (b + 1) 2^log2_block)` of column `c`, rows
-/// at or past `rows` taken as +0.0 (as the host's odd-row rule does). Each output row is then an
+/// at or past `rows` taken as -0.0 (padding, as on the host: it adds nothing). Each output row is then an
 /// aligned subtree of the host's tree over the `rows` rows (`2^log2_block` is at most
 /// `rows.next_power_of_two()`), so [`tree_sum_rows`] of the outputs has the bits of
 /// `tree_sum_rows` of the rows. The kernels ([`DeviceTree::CUDA`], [`DeviceTree::OPENCL`],
@@ -468,6 +468,9 @@ impl DeviceTree {
     /// (`DeviceTree::over` keeps them in range).
     pub const GLSL: &'static str = concat!(
         "#version 450\nlayout(local_size_x = 64) in;\n",
+        // Signed zeros kept in f64 (Vulkan may drop them otherwise): the padding is -0.0.
+        "#extension GL_EXT_spirv_intrinsics : require\n",
+        "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4466], 4461, 64);\n",
         "layout(std430, set = 0, binding = 0) readonly buffer Rows { double rows[]; };\n",
         "layout(std430, set = 0, binding = 1) writeonly buffer Sums { double sums[]; };\n",
         "layout(push_constant) uniform Push { uint n_; uint width_; uint log2_block_; uint n_out_; } pc;\n",
@@ -527,8 +530,7 @@ fn whole_run_sums(
 
 /// [`assemble`] of `dispatches` whose partials lie one after the other in `rows` (which it
 /// sums in place). A group block longer than the run's tree root (a run of fewer than WG
-/// paths) is taken as the root block: the kernel's padding adds `+0.0`s, which change nothing
-/// but the sign of a `-0.0` total.
+/// paths) is taken as the root block: the kernel's padding adds `-0.0`s, which change nothing.
 pub fn assemble_rows(
     manifest: &Manifest,
     paths: u64,
@@ -727,7 +729,7 @@ impl DeviceTree {
             let mut stack = Vec::with_capacity(32);
             for j in 0..len {
                 let r = b * len + j;
-                let mut v = if r < n { rows[r * width + c] } else { 0.0 };
+                let mut v = if r < n { rows[r * width + c] } else { -0.0 };
                 let mut k = j;
                 while k & 1 == 1 {
                     // Left + right, as the kernels write it (the same bits either way).

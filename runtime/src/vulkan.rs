@@ -610,6 +610,32 @@ impl Device {
         })
     }
 
+    /// Allocates the buffers and dispatch objects that running `range` of a `paths`-path run
+    /// needs, so that the run allocates nothing: what a host does once, after loading.
+    pub fn reserve(&self, k: &Kernel, paths: u64, range: Range<u64>) -> Result<(), GpuError> {
+        let m = &k.manifest;
+        let max_paths = self.max_groups_x as u64 * m.workgroup_size as u64;
+        let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)?;
+        let row = m.row_len() as u64 * 8;
+        let inputs = gpu::input_bytes(m, &vec![0.0; m.inputs_len()])?.len() as u64;
+        let mut reused = k.reused.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *reused;
+        k.clock.allocate(|| -> Result<(), GpuError> {
+            self.grow(&mut r.buffers, Slot::Inputs, inputs)?;
+            match gpu::whole_run_tree(m, paths, &dispatches) {
+                Some((d, t)) => {
+                    self.grow(&mut r.buffers, Slot::DevicePartials, d.groups as u64 * row)?;
+                    self.grow(&mut r.buffers, Slot::Readback, t.out_rows() as u64 * row)?;
+                }
+                None => {
+                    let most = dispatches.iter().map(|d| d.groups as u64).max();
+                    self.grow(&mut r.buffers, Slot::Readback, most.unwrap_or(0) * row)?;
+                }
+            }
+            self.launch_objects(&mut r.launch).map(|_| ())
+        })
+    }
+
     /// A storage buffer of at least `size` bytes in memory fit for `mem`.
     fn buffer(&self, size: u64, mem: Mem) -> Result<Buffer, GpuError> {
         let d = &self.device;
@@ -981,10 +1007,65 @@ pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>,
             log: "output is not SPIR-V".into(),
         });
     }
-    Ok(bytes
+    let words: Vec<u32> = bytes
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+        .collect();
+    Ok(preserve_signed_zeros_at_every_width(words))
+}
+
+/// SPIR-V's `OpExecutionMode` opcode, the `SignedZeroInfNanPreserve` mode and the `Float64`
+/// capability (SPIR-V specification, 3.6 and 3.31).
+const OP_CAPABILITY: u32 = 17;
+const OP_EXECUTION_MODE: u32 = 16;
+const SIGNED_ZERO_INF_NAN_PRESERVE: u32 = 4461;
+const CAPABILITY_FLOAT64: u32 = 10;
+
+/// Completes a module's `SignedZeroInfNanPreserve` execution modes: where an entry point keeps
+/// signed zeros at one float width, it keeps them at 32 and (when the module uses doubles) 64
+/// bits too. Without the mode, Vulkan may treat a zero's sign as insignificant (lavapipe made
+/// `x * -0.0` +0.0, and the sums' padding is -0.0). The kernels ask for the 32-bit mode
+/// (templates/kernel.txt); glslang emits only one such mode per entry point, so the 64-bit one
+/// is added here. Anything else, or a module it cannot walk, is returned as it is.
+pub fn preserve_signed_zeros_at_every_width(words: Vec<u32>) -> Vec<u32> {
+    const HEADER: usize = 5;
+    let mut float64 = false;
+    // (position after the instruction, entry point, width) of each signed-zero mode.
+    let mut modes: Vec<(usize, u32, u32)> = Vec::new();
+    let mut at = HEADER;
+    while at < words.len() {
+        let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+        if count == 0 || at + count > words.len() {
+            return words;
+        }
+        let operands = &words[at + 1..at + count];
+        match (op, operands) {
+            (OP_CAPABILITY, [CAPABILITY_FLOAT64]) => float64 = true,
+            (OP_EXECUTION_MODE, &[entry, SIGNED_ZERO_INF_NAN_PRESERVE, width]) => {
+                modes.push((at + count, entry, width))
+            }
+            _ => {}
+        }
+        at += count;
+    }
+    let mut out = words;
+    // Insert from the end so that earlier positions stay valid.
+    for &(after, entry, width) in modes.iter().rev() {
+        let widths: &[u32] = if float64 { &[32, 64] } else { &[32] };
+        for &w in widths.iter().rev() {
+            let held = modes.iter().any(|&(_, e, x)| e == entry && x == w);
+            if w != width && !held {
+                let mode = [
+                    (4 << 16) | OP_EXECUTION_MODE,
+                    entry,
+                    SIGNED_ZERO_INF_NAN_PRESERVE,
+                    w,
+                ];
+                out.splice(after..after, mode);
+            }
+        }
+    }
+    out
 }
 
 fn run_glslang(tool: &str, source: &str, entry: &str, device: &str) -> Result<Vec<u8>, GpuError> {

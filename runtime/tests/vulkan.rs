@@ -61,6 +61,8 @@ fn device() -> Option<vulkan::Device> {
 fn partials_rebuild_the_tree_sum() {
     let Some(dev) = device() else { return };
     let k = dev.load(SRC, &manifest()).expect("loads");
+    // Buffers reserved for the longest run serve the shorter ones too.
+    dev.reserve(&k, 5000, 0..5000).expect("reserves");
     for paths in [1u64, 100, 128, 5000] {
         let leaves: Vec<f64> = (0..paths).map(|p| p as f64 + 0.5).collect();
         let want = tree_sum(&leaves).to_bits();
@@ -114,4 +116,53 @@ fn bad_requests_are_clear_errors() {
     let mut cuda = manifest();
     cuda.target = Target::Cuda;
     assert!(dev.load(SRC, &cuda).is_err());
+}
+
+/// A kernel that keeps float zeros' signs (as every emitted kernel asks) keeps doubles' too: the
+/// runtime adds the 64-bit `SignedZeroInfNanPreserve` mode glslang leaves out, and the module
+/// still validates (spirv-val, where installed).
+#[test]
+fn signed_zeros_are_kept_at_both_widths() {
+    if device().is_none() {
+        return;
+    }
+    let src = SRC.replacen(
+        "#version 450\n",
+        "#version 450\n#extension GL_EXT_spirv_intrinsics : require\n\
+         spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4466], 4461, 32);\n",
+        1,
+    );
+    let words = vulkan::compile_glsl(&src, "main", "test").unwrap();
+    let modes: Vec<u32> = words
+        .windows(4)
+        .filter(|w| w[0] == (4 << 16) | 16 && w[2] == 4461)
+        .map(|w| w[3])
+        .collect();
+    assert_eq!(modes, [32, 64]);
+    // Completing twice changes nothing; a module without the mode is left alone.
+    assert_eq!(
+        vulkan::preserve_signed_zeros_at_every_width(words.clone()),
+        words
+    );
+    let plain = vulkan::compile_glsl(SRC, "main", "test").unwrap();
+    assert_eq!(
+        vulkan::preserve_signed_zeros_at_every_width(plain.clone()),
+        plain
+    );
+    let path = std::env::temp_dir().join(format!("nablac-sz-{}.spv", std::process::id()));
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    match std::process::Command::new("spirv-val")
+        .args(["--target-env", "vulkan1.1"])
+        .arg(&path)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => println!("skipped spirv-val: {e}"),
+    }
+    let _ = std::fs::remove_file(&path);
 }

@@ -32,7 +32,8 @@ struct Skeleton {
     min_blocks: String,
     n_sums: usize,
     partial_index: String,
-    dzero: String,
+    /// A leaf past the run's paths: -0.0, the identity of + (TAPE-FORMAT.md, Results).
+    padding: String,
     scratch: bool,
     opaque: bool,
     /// Exponential-family arguments go through `opq` (`passes::opaque_math_arguments`).
@@ -157,7 +158,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         min_blocks: opts.min_blocks.map_or(String::new(), |n| format!(", {n}")),
         n_sums,
         partial_index,
-        dzero: d.literal(0.0, Precision::F64),
+        padding: d.literal(-0.0, Precision::F64),
         scratch: body.schedule.strategy == Checkpoint::Scratch,
         opaque: body.schedule.uses_opaque(),
         opaque_exp: body.schedule.opaque_math,

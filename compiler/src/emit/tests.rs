@@ -605,12 +605,12 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     );
     assert!(src.contains("acc12 = acc10 - (double)(inputs[7]);"));
     assert!(src.contains("acc6 = ((__double2hiint(acc0) & 0x7ff00000) != 0x7ff00000 && (__double2hiint(acc2) & 0x7ff00000) != 0x7ff00000"));
-    assert!(src.contains("double acc13 = 0.0;") && !src.contains("acc14"));
+    assert!(src.contains("double acc13 = (-0.0);") && !src.contains("acc14"));
     // Price: no adjoints, no opaque reads, three sums per output.
     let price = emit(&verified(&tape), &plan, &opts(Target::Cuda, Mode::Price)).unwrap();
     assert!(!price.source.contains("d0"));
     assert_eq!(price.manifest.sums.len(), 6);
-    assert!(price.source.contains("double acc5 = 0.0;") && !price.source.contains("acc6"));
+    assert!(price.source.contains("double acc5 = (-0.0);") && !price.source.contains("acc6"));
 }
 
 #[test]
