@@ -467,6 +467,30 @@ impl Backend {
         self.tiled_sums(kernel, &inputs, seed, paths, range, opts, (0, 1))
     }
 
+    /// Prepares `kernel` for runs of `paths` paths: allocates now what their first step would
+    /// (Vulkan: the device and readback buffers and the dispatch objects; the other backends
+    /// allocate little per run and do nothing here), so that a timed run measures the run.
+    /// Changes no result.
+    pub fn reserve(&self, kernel: &LoadedKernel, paths: u64) -> Result<(), RuntimeError> {
+        match (self, &kernel.code) {
+            (Backend::Vulkan(d), Code::Vulkan(k)) if paths > 0 => {
+                let step = self.step_paths(kernel, &RunOptions::default());
+                Ok(d.reserve(k, paths, 0..paths.min(step))?)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The most paths one step of `tiled_sums` covers.
+    fn step_paths(&self, kernel: &LoadedKernel, opts: &RunOptions) -> u64 {
+        let step = match (self, opts.chunk_paths) {
+            (Backend::Cpu, _) => self.max_range(),
+            (_, None) => self.max_range().min(gpu::partials_paths(kernel.manifest())),
+            (_, Some(c)) => c.min(self.max_range()),
+        };
+        (step.max(PATH_ALIGN) / PATH_ALIGN) * PATH_ALIGN
+    }
+
     /// The partial sums of `range`, computed in steps no longer than the backend takes at once
     /// (GPU backends take `chunk_paths` as the most paths one step covers; the CPU backend takes
     /// a whole range and spreads it over threads in chunks of that many paths).
@@ -481,12 +505,7 @@ impl Backend {
         opts: &RunOptions,
         market_of: (usize, usize),
     ) -> Result<Vec<PartialSums>, RuntimeError> {
-        let step = match (self, opts.chunk_paths) {
-            (Backend::Cpu, _) => self.max_range(),
-            (_, None) => self.max_range().min(gpu::partials_paths(kernel.manifest())),
-            (_, Some(c)) => c.min(self.max_range()),
-        };
-        let step = (step.max(PATH_ALIGN) / PATH_ALIGN) * PATH_ALIGN;
+        let step = self.step_paths(kernel, opts);
         let mut sums = self.empty_sums(kernel, paths)?;
         let mut start = range.start;
         while start < range.end {

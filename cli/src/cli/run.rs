@@ -288,6 +288,10 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         .load(&source, &manifest)
         .context("cannot load the kernel")?;
     let cache_hit = (target != Target::Cpu).then(|| nablac_runtime::gpu::cache::hits() > hits);
+    // Buffers for a run of this many paths, allocated once like the compile (counted as load).
+    backend
+        .reserve(&kernel, args.paths)
+        .context("cannot allocate the run's buffers")?;
     let load = load_started.elapsed().as_secs_f64();
 
     let quiet = RunOptions {
