@@ -32,13 +32,15 @@ TAPES = {
     "basket8": ["basket", "--assets", "8", "--steps", "16"],
     "european": ["european"],
     "buckets": "scripts/bucketed-asian.py --steps 252 --buckets 12",
+    "buckets24": "scripts/bucketed-asian.py --steps 252 --buckets 24",
+    "buckets36": "scripts/bucketed-asian.py --steps 252 --buckets 36",
     "buckets52": "scripts/bucketed-asian.py --steps 252 --buckets 52",
 }
-FEATURES = ["draws", "ops", "heavy", "tangent_ops", "tangent_multiplies", "adjoint_ops", "leaves", "pressure", "excess_live"]
+FEATURES = ["draws", "ops", "heavy", "tangent_ops", "tangent_multiplies", "adjoint_ops", "leaves", "pressure", "spill_traffic"]
 
 
 # The CostModel field that prices each feature.
-FIELDS = ["draw", "op", "heavy", "tangent_op", "tangent_multiply", "adjoint_op", "leaf", "pressure", "excess_live"]
+FIELDS = ["draw", "op", "heavy", "tangent_op", "tangent_multiply", "adjoint_op", "leaf", "pressure", "spill_access"]
 
 
 def feature(work, f):

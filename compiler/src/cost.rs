@@ -3,8 +3,8 @@
 //!
 //! Each candidate kernel's per-path work is counted on its schedule ([`Work::of`]): draws,
 //! arithmetic definitions (recomputations included), derivative terms (the live steps of tangent
-//! and adjoint statements), leaves (f64 sums) and the values it holds beyond the registers a GPU
-//! thread has (max_live over the budget; spilled to memory). A [`CostModel`] prices each count in
+//! and adjoint statements), leaves (f64 sums) and the loads and stores of what spills beyond the
+//! registers a GPU thread has ([`Work::spill_traffic`]). A [`CostModel`] prices each count in
 //! nanoseconds per path; its weights were fitted (`scripts/fit-cost.py`) on kernel times measured
 //! side by side: [`H200`] on the H200 (CUDA, f32, 16M paths, `scripts/gpu/modes-bench.sh`),
 //! [`CPU`] on the development machine (the LLVM back end, f64, one thread). [`choose`] builds every
@@ -15,7 +15,8 @@ use crate::compile::{check_ranges, min_blocks, CompileError, CompileOptions};
 use crate::emit::{Mode, Target};
 use crate::ops::{Acc, Arith, Expr, Rule, Step};
 use crate::plan::SegmentOptions;
-use crate::schedule::{maxlive::max_live, Def, Schedule, ScheduleOptions, Stmt};
+use crate::schedule::maxlive::{max_live, spill_traffic};
+use crate::schedule::{Def, Schedule, ScheduleOptions, Stmt};
 use crate::verify::Verified;
 
 /// One kernel's work per path, counted on its schedule.
@@ -46,6 +47,9 @@ pub struct Work {
     pub register_live: u32,
     /// Values held beyond the kernel's register budget (GPU targets: they spill).
     pub excess_live: u32,
+    /// Loads and stores a path makes where values, tangents and adjoints beyond the register
+    /// budget spill, with the fewest spills (`maxlive::spill_traffic`; 0 on the CPU).
+    pub spill_traffic: u64,
     /// Values, tangents and adjoints held at once (`maxlive::storage_slots`): the storage
     /// slots a path needs where storage is reused by liveness (per SIMD lane on the CPU).
     pub storage_slots: u32,
@@ -89,6 +93,9 @@ impl Work {
         w.max_live = max_live(schedule, nodes);
         w.register_live = w.max_live.min(registers);
         w.excess_live = w.max_live.saturating_sub(registers);
+        if registers != u32::MAX {
+            w.spill_traffic = spill_traffic(schedule, nodes, registers);
+        }
         w.storage_slots = crate::schedule::maxlive::storage_slots(schedule, nodes);
         w
     }
@@ -169,7 +176,8 @@ pub struct CostModel {
     pub leaf: f64,
     /// Per unit of [`Work::pressure`].
     pub pressure: f64,
-    pub excess_live: f64,
+    /// Per load or store of [`Work::spill_traffic`].
+    pub spill_access: f64,
 }
 
 impl CostModel {
@@ -186,7 +194,7 @@ impl CostModel {
             + self.adjoint_op * w.adjoint_ops as f64
             + self.leaf * w.leaves as f64
             + self.pressure * w.pressure()
-            + self.excess_live * f64::from(w.excess_live)
+            + self.spill_access * w.spill_traffic as f64
     }
 
     /// The model for kernels of `target`: the H200's for the GPU targets (measured on CUDA;
@@ -201,20 +209,23 @@ impl CostModel {
 
 /// Fitted by `NABLAC=target/release/nablac python3 scripts/fit-cost.py --fit cuda MODES.txt` on the
 /// H200 kernel times of 2026-12-04 (BENCHMARKS.md: six tapes x price, forward, reverse default and
-/// plain, 16M paths, f32); on those tapes it picks the measured fastest of forward and reverse
-/// every time.
+/// plain, and the 52-bucket tape's price, forward and reverse; 16M paths, f32): on all seven tapes
+/// it picks the measured fastest of forward and reverse, and of plain and checkpointed reverse.
+/// Spills are priced per access (`Work::spill_traffic`): the earlier per-value weight chose
+/// reverse for the 52-bucket tape, whose checkpointed kernel reloads its spilled adjoints in
+/// segment after segment, where forward measured 1.40 times faster.
 pub const H200: CostModel = CostModel {
-    name: "H200 (CUDA f32, 2026-12-04)",
+    name: "H200 (CUDA f32, 2026-12-05 fit of the 2026-12-04 times)",
     fitted: true,
-    draw: 9.8738e-04,
-    op: 3.2142e-04,
-    heavy: 1.0053e-03,
-    tangent_op: 1.0238e-04,
-    tangent_multiply: 0.0,
-    adjoint_op: 1.6150e-04,
-    leaf: 2.1954e-03,
-    pressure: 3.2235e-04,
-    excess_live: 1.2311e-02,
+    draw: 9.3066e-04,
+    op: 4.0014e-04,
+    heavy: 7.9308e-04,
+    tangent_op: 0.0,
+    tangent_multiply: 1.0871e-04,
+    adjoint_op: 1.6022e-04,
+    leaf: 2.2318e-03,
+    pressure: 1.9335e-04,
+    spill_access: 6.5049e-03,
 };
 
 /// Fitted by `NABLAC=target/release/nablac python3 scripts/fit-cost.py --measure-cpu cpu.txt
@@ -232,7 +243,7 @@ pub const CPU: CostModel = CostModel {
     adjoint_op: 5.0819e-02,
     leaf: 8.4239e+00,
     pressure: 1.3361e-02,
-    excess_live: 0.0,
+    spill_access: 0.0,
 };
 
 /// One candidate kernel of the automatic choice, with its work and estimated cost.
@@ -457,7 +468,7 @@ pub fn choice_text(c: &Choice) -> String {
         };
         let _ = writeln!(
             s,
-            "{} {:<13} {estimate}  draws {} ops {} heavy {} tangent ops {} adjoint ops {} leaves {} max_live {} over registers {} storage slots {}",
+            "{} {:<13} {estimate}  draws {} ops {} heavy {} tangent ops {} adjoint ops {} leaves {} max_live {} over registers {} spill accesses {} storage slots {}",
             if e.kernel == c.kernel { '*' } else { ' ' },
             e.kernel,
             w.draws,
@@ -468,6 +479,7 @@ pub fn choice_text(c: &Choice) -> String {
             w.leaves,
             w.max_live,
             w.excess_live,
+            w.spill_traffic,
             w.storage_slots
         );
     }
@@ -533,6 +545,40 @@ output price = %5
         assert_eq!((price.max_live, price.storage_slots), (3, 3));
         assert_eq!((fwd.max_live, fwd.storage_slots), (4, 4));
         assert_eq!((rev.max_live, rev.storage_slots), (4, 5));
+    }
+
+    /// Spill traffic: none within the registers, never more with more registers, and for the
+    /// plain reverse Asian (each forward value written once, read once in the reverse sweep)
+    /// exactly a store and a load per value beyond the budget.
+    #[test]
+    fn spill_traffic_counts_the_loads_and_stores_of_the_fewest_spills() {
+        let v = tape(SMALL);
+        for mode in [Mode::Price, Mode::Forward, Mode::Reverse] {
+            let s = Schedule::plain(&v, ScheduleOptions::new(mode));
+            let slots = crate::schedule::maxlive::storage_slots(&s, v.len());
+            assert_eq!(spill_traffic(&s, v.len(), slots), 0, "{mode:?}");
+            let t: Vec<u64> = (1..=slots).map(|r| spill_traffic(&s, v.len(), r)).collect();
+            assert!(t.windows(2).all(|w| w[0] >= w[1]), "{mode:?} {t:?}");
+            assert!(
+                t[0] > 0,
+                "{mode:?}: one register cannot hold {slots} values"
+            );
+        }
+        let o = crate::products::Options {
+            steps: 252,
+            ..crate::products::Options::defaults(crate::products::Product::AsianCall)
+        };
+        let asian = crate::products::record(
+            crate::products::Product::AsianCall,
+            &o,
+            &crate::products::Market::default(),
+        )
+        .unwrap();
+        let v = verify(asian).unwrap();
+        let s = Schedule::plain(&v, ScheduleOptions::new(Mode::Reverse));
+        let slots = crate::schedule::maxlive::storage_slots(&s, v.len());
+        assert!(slots > 700, "{slots}");
+        assert_eq!(spill_traffic(&s, v.len(), 255), 2 * u64::from(slots - 255));
     }
 
     #[test]

@@ -38,6 +38,9 @@ struct Sim {
     current: HashMap<Var, usize>,
     /// Also count adjoints (`storage_slots`): the lifetime index of each (node, lane) adjoint.
     adjoints: Option<HashMap<(crate::tape::NodeId, super::Lane), usize>>,
+    /// Every access in order, (step, value, writes): reads, definitions and adjoint updates
+    /// (`spill_traffic`).
+    accesses: Vec<(usize, usize, bool)>,
 }
 
 impl Sim {
@@ -50,6 +53,7 @@ impl Sim {
         if let Some(Operand::Var(var)) = x {
             if let Some(&v) = self.current.get(&var) {
                 self.values[v].1 = self.values[v].1.max(t);
+                self.accesses.push((t, v, false));
             }
         }
     }
@@ -60,19 +64,26 @@ impl Sim {
         let Some(adj) = self.adjoints.as_mut() else {
             return;
         };
-        match adj.get(&key) {
-            Some(&v) => self.values[v].1 = self.values[v].1.max(t),
+        let v = match adj.get(&key) {
+            Some(&v) => {
+                self.values[v].1 = self.values[v].1.max(t);
+                v
+            }
             None => {
                 self.values.push((t, t));
                 adj.insert(key, self.values.len() - 1);
+                self.values.len() - 1
             }
-        }
+        };
+        self.accesses.push((t, v, true));
     }
 
     /// Defines `var` at step `t`; returns what the name referred to before.
     fn define(&mut self, var: Var, t: usize) -> (Var, Option<usize>) {
         self.values.push((t, t));
-        let old = self.current.insert(var, self.values.len() - 1);
+        let v = self.values.len() - 1;
+        self.accesses.push((t, v, true));
+        let old = self.current.insert(var, v);
         (var, old)
     }
 
@@ -179,6 +190,7 @@ fn simulate_with(schedule: &Schedule, nodes: usize, adjoints: bool) -> Sim {
         pos: Vec::new(),
         current: HashMap::new(),
         adjoints: adjoints.then(HashMap::new),
+        accesses: Vec::new(),
     };
     let last = nodes.saturating_sub(1) as u32;
     sim.run(&schedule.body, 0, last);
@@ -204,6 +216,67 @@ pub fn storage_slots(schedule: &Schedule, nodes: usize) -> u32 {
         .into_iter()
         .max()
         .unwrap_or(0)
+}
+
+/// The memory traffic of a kernel of `schedule` whose thread keeps at most `registers` of its
+/// values, tangents and adjoints in registers: the loads and stores per path of the fewest
+/// spills (Belady's rule: when a register is needed and none is free, the held value read
+/// again furthest in the future leaves; a value leaves free when it is never read again).
+/// A value that leaves costs a store where it was written since it last came in (adjoints
+/// accumulate, so each update dirties them), and each later read of it a load. A lower bound on
+/// what a register allocator achieves, and a better spill measure than `max_live - registers`:
+/// a value held across a long stretch without use costs two accesses, one read in every
+/// segment of a checkpointed sweep many.
+pub fn spill_traffic(schedule: &Schedule, nodes: usize, registers: u32) -> u64 {
+    use std::collections::BinaryHeap;
+    let sim = simulate_with(schedule, nodes, true);
+    let acc = &sim.accesses;
+    // For each access, the index of the same value's next access (usize::MAX: none).
+    let mut next = vec![usize::MAX; acc.len()];
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    for i in (0..acc.len()).rev() {
+        if let Some(&j) = seen.get(&acc[i].1) {
+            next[i] = j;
+        }
+        seen.insert(acc[i].1, i);
+    }
+    let cap = registers.max(1) as usize;
+    // Held values: value -> (its next access, dirty); a max-heap of (next access, value) with
+    // stale entries skipped.
+    let mut held: HashMap<usize, (usize, bool)> = HashMap::new();
+    let mut heap: BinaryHeap<(usize, usize)> = BinaryHeap::new();
+    let mut spilled: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let mut traffic = 0u64;
+    for (i, &(_, v, writes)) in acc.iter().enumerate() {
+        let dirty = match held.get(&v) {
+            Some(&(_, d)) => d || writes,
+            None => {
+                // A load (an adjoint's update reads what it adds to, too).
+                traffic += u64::from(spilled.contains(&v));
+                while held.len() >= cap {
+                    let Some((n, victim)) = heap.pop() else { break };
+                    match held.get(&victim) {
+                        Some(&(m, d)) if m == n => {
+                            held.remove(&victim);
+                            if n != usize::MAX {
+                                spilled.insert(victim);
+                                traffic += u64::from(d); // a store
+                            }
+                        }
+                        _ => {} // stale
+                    }
+                }
+                writes
+            }
+        };
+        held.insert(v, (next[i], dirty));
+        heap.push((next[i], v));
+        if next[i] == usize::MAX {
+            // Never read again: its register is free at once.
+            held.remove(&v);
+        }
+    }
+    traffic
 }
 
 /// Per node position (0..nodes), the most values alive before any step attributed to it; a
