@@ -213,7 +213,9 @@ impl CostModel {
 /// it picks the measured fastest of forward and reverse, and of plain and checkpointed reverse.
 /// Spills are priced per access (`Work::spill_traffic`): the earlier per-value weight chose
 /// reverse for the 52-bucket tape, whose checkpointed kernel reloads its spilled adjoints in
-/// segment after segment, where forward measured 1.40 times faster.
+/// segment after segment, where forward measured 1.40 times faster. Known miss (BENCHMARKS.md,
+/// 2026-12-05, on an H100): the 24-bucket tape, where forward at 226 registers loses half its
+/// resident workgroups and reverse measured 1.37 times faster; the model has no occupancy step.
 pub const H200: CostModel = CostModel {
     name: "H200 (CUDA f32, 2026-12-05 fit of the 2026-12-04 times)",
     fitted: true,
