@@ -52,10 +52,12 @@ pub fn statements(v: &Verified, mode: Mode) -> u64 {
 
 /// Why a kernel was not built: `statements` over the budget, with the modes that fit.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("a {mode} kernel of this tape would have about {statements} statements, over the budget of {STATEMENT_BUDGET} ({outputs} outputs on {nodes} nodes){hint}")]
+#[error("a {mode} kernel of this tape would have about {statements} statements, over the budget of {budget} ({outputs} outputs on {nodes} nodes){hint}")]
 pub struct OverBudget {
     pub mode: &'static str,
     pub statements: u64,
+    /// The budget it is over ([`STATEMENT_BUDGET`]).
+    pub budget: u64,
     pub outputs: usize,
     pub nodes: usize,
     /// What to do instead: a mode within the budget, or splitting the outputs.
@@ -64,13 +66,18 @@ pub struct OverBudget {
 
 /// `Ok` when a `mode` kernel of `v` fits the budget, else what would (module doc).
 pub fn check(v: &Verified, mode: Mode) -> Result<(), OverBudget> {
-    let statements = statements(v, mode);
-    if statements <= STATEMENT_BUDGET {
+    check_within(v, mode, STATEMENT_BUDGET)
+}
+
+/// [`check`] against `budget` statements (the tests' small budgets).
+fn check_within(v: &Verified, mode: Mode, budget: u64) -> Result<(), OverBudget> {
+    let count = statements(v, mode);
+    if count <= budget {
         return Ok(());
     }
     let others: Vec<&str> = [Mode::Forward, Mode::Reverse]
         .into_iter()
-        .filter(|&m| m != mode && statements_fit(v, m))
+        .filter(|&m| m != mode && statements(v, m) <= budget)
         .map(|m| m.name())
         .collect();
     let hint = if others.is_empty() && v.outputs.len() <= 1 {
@@ -85,15 +92,12 @@ pub fn check(v: &Verified, mode: Mode) -> Result<(), OverBudget> {
     };
     Err(OverBudget {
         mode: mode.name(),
-        statements,
+        statements: count,
+        budget,
         outputs: v.outputs.len(),
         nodes: v.len(),
         hint,
     })
-}
-
-fn statements_fit(v: &Verified, mode: Mode) -> bool {
-    statements(v, mode) <= STATEMENT_BUDGET
 }
 
 #[cfg(test)]
@@ -129,5 +133,22 @@ mod tests {
         assert!(e.statements > STATEMENT_BUDGET);
         assert!(e.to_string().contains("--mode forward fits"), "{e}");
         assert!(check(&v, Mode::Forward).is_ok());
+    }
+
+    /// A one-output tape too long for any mode (a 1e7-node chain is refused so: 20M statements)
+    /// is told to be recorded shorter, not to split outputs it does not have.
+    #[test]
+    fn a_tape_too_long_for_every_mode_is_told_so() {
+        let v = chain(1_000, 1);
+        let e = check_within(&v, Mode::Forward, 500)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the tape is too long for one kernel"), "{e}");
+        assert!(!e.contains("split"), "{e}");
+        let many = chain(1_000, 3);
+        let e = check_within(&many, Mode::Reverse, 2_500)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--mode forward fits"), "{e}");
     }
 }

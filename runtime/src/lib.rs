@@ -862,6 +862,29 @@ fn cpu_range_sums(
     run.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU thread's leaves stay within `CPU_LEAVES_BYTES` whatever the tape's width (one path
+    /// at a time past it), and usual tapes run a whole chunk per call.
+    #[test]
+    fn a_thread_s_leaves_are_bounded_whatever_the_width() {
+        let chunk = 64 * PATH_ALIGN;
+        assert_eq!(cpu_piece_paths(chunk, 13), chunk);
+        for row in [13usize, 1_403, 20_003, 1_000_000, 100_000_000] {
+            let piece = cpu_piece_paths(chunk, row);
+            assert!(piece.is_power_of_two() && piece <= chunk, "{row}: {piece}");
+            assert!(
+                piece == 1 || piece as usize * row * 8 <= CPU_LEAVES_BYTES,
+                "{row}: {piece}"
+            );
+            // And not needlessly small: twice the piece would not fit (or it is the chunk).
+            assert!(piece == chunk || 2 * piece as usize * row * 8 > CPU_LEAVES_BYTES);
+        }
+    }
+}
+
 pub mod cuda;
 pub mod gpu;
 pub mod opencl;
