@@ -249,12 +249,7 @@ impl PartialSums {
                         paths: c.paths,
                         root: c.paths.next_power_of_two(),
                     })?;
-            let held = n > 0
-                && c.blocks
-                    .range(..end)
-                    .next_back()
-                    .is_some_and(|(&s, &(l, _))| s + (1u64 << l) > start);
-            if held {
+            if n > 0 && c.holds_any(start, end) {
                 return Err(ReportError::Overlap { start, log2_len: 0 });
             }
         }
@@ -414,23 +409,21 @@ impl PartialSums {
         }
     }
 
+    /// Whether a held block meets paths `start .. end` (non-empty): the blocks are disjoint and
+    /// ordered, so the last one starting before `end` is the only one that can reach `start`.
+    fn holds_any(&self, start: u64, end: u64) -> bool {
+        self.blocks
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&s, &(l, _))| s + (1u64 << l) > start)
+    }
+
     #[allow(clippy::assign_op_pattern)]
     fn insert(&mut self, b: Block) -> Result<(), ReportError> {
         let root = self.paths.next_power_of_two();
         self.check(&b)?;
         let (start, log2) = (b.start, b.log2_len);
-        let end = start + b.len();
-        let overlaps_before = self
-            .blocks
-            .range(..=start)
-            .next_back()
-            .is_some_and(|(&s, &(l, _))| s + (1u64 << l) > start);
-        let overlaps_after = self
-            .blocks
-            .range(start + 1..)
-            .next()
-            .is_some_and(|(&s, _)| s < end);
-        if overlaps_before || overlaps_after {
+        if self.holds_any(start, start + b.len()) {
             return Err(ReportError::Overlap {
                 start,
                 log2_len: log2,

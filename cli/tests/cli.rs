@@ -643,27 +643,29 @@ fn out_of_range_options_and_unsafe_outputs_are_refused() {
     let e = fails(&["e.bin", "--target", "cuda", "-o", "k2.cu"], &d, 1);
     assert!(e.contains("not a regular file"), "{e}");
     assert_eq!(files_in(&d), ["e.bin", "k2.cu.json", "out"]);
-    // Paths past 2^63 - 1, threads out of 1..=4096, a negative seed.
-    let e = fails(&["run", "e.bin", "--paths", "9223372036854775808"], &d, 1);
-    assert!(e.contains("--paths must be between 1 and 2^63 - 1"), "{e}");
-    let e = fails(
-        &["run", "e.bin", "--paths", "1024", "--threads", "0"],
-        &d,
-        1,
-    );
-    assert!(e.contains("0 is not in 1..=4096"), "{e}");
-    let e = fails(&["run", "e.bin", "--seed", "-1"], &d, 1);
-    assert!(e.contains("invalid value '-1' for '--seed"), "{e}");
-    // A negative number is a value: refused by the option's own range, or taken.
-    let e = fails(
-        &["record", "barrier", "--barrier", "-5", "-o", "b.bin"],
-        &d,
-        1,
-    );
-    assert!(
-        e.contains("barrier = -5: must be finite and positive"),
-        "{e}"
-    );
+    // Paths past 2^63 - 1, threads out of 1..=4096, a negative seed; a negative number is a
+    // value, refused by the option's own range (or taken: --rho below).
+    for (args, needle) in [
+        (
+            &["run", "e.bin", "--paths", "9223372036854775808"][..],
+            "--paths must be between 1 and 2^63 - 1",
+        ),
+        (
+            &["run", "e.bin", "--paths", "1024", "--threads", "0"],
+            "0 is not in 1..=4096",
+        ),
+        (
+            &["run", "e.bin", "--seed", "-1"],
+            "invalid value '-1' for '--seed",
+        ),
+        (
+            &["record", "barrier", "--barrier", "-5", "-o", "b.bin"],
+            "barrier = -5: must be finite and positive",
+        ),
+    ] {
+        let e = fails(args, &d, 1);
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
     ok(&["record", "basket", "--rho", "-0.2", "-o", "b.bin"], &d);
     std::fs::remove_file(d.join("b.bin")).unwrap();
     // A market value past f32's range on an f32 kernel.

@@ -15,7 +15,7 @@ use crate::compile::{check_ranges, min_blocks, CompileError, CompileOptions};
 use crate::emit::{Mode, Target};
 use crate::ops::{Acc, Arith, Expr, Rule, Step};
 use crate::plan::SegmentOptions;
-use crate::schedule::maxlive::{max_live, spill_traffic};
+use crate::schedule::maxlive::{max_live, storage_and_spills};
 use crate::schedule::{Def, Schedule, ScheduleOptions, Stmt};
 use crate::verify::Verified;
 
@@ -93,10 +93,8 @@ impl Work {
         w.max_live = max_live(schedule, nodes);
         w.register_live = w.max_live.min(registers);
         w.excess_live = w.max_live.saturating_sub(registers);
-        if registers != u32::MAX {
-            w.spill_traffic = spill_traffic(schedule, nodes, registers);
-        }
-        w.storage_slots = crate::schedule::maxlive::storage_slots(schedule, nodes);
+        // No limit (the CPU): nothing spills, and the count is 0.
+        (w.storage_slots, w.spill_traffic) = storage_and_spills(schedule, nodes, registers);
         w
     }
 }
@@ -492,6 +490,7 @@ pub fn choice_text(c: &Choice) -> String {
 mod tests {
     use super::*;
     use crate::format::read_text;
+    use crate::schedule::maxlive::spill_traffic;
     use crate::verify::verify;
 
     fn tape(text: &str) -> Verified {

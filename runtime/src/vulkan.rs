@@ -616,24 +616,37 @@ impl Device {
         let m = &k.manifest;
         let max_paths = self.max_groups_x as u64 * m.workgroup_size as u64;
         let dispatches = gpu::plan_dispatches(m.workgroup_size, paths, &range, max_paths)?;
-        let row = m.row_len() as u64 * 8;
-        let inputs = gpu::input_bytes(m, &vec![0.0; m.inputs_len()])?.len() as u64;
+        let tree = gpu::whole_run_tree(m, paths, &dispatches).map(|(_, t)| t);
         let mut reused = k.reused.lock().unwrap_or_else(|e| e.into_inner());
         let r = &mut *reused;
         k.clock.allocate(|| -> Result<(), GpuError> {
-            self.grow(&mut r.buffers, Slot::Inputs, inputs)?;
-            match gpu::whole_run_tree(m, paths, &dispatches) {
-                Some((d, t)) => {
-                    self.grow(&mut r.buffers, Slot::DevicePartials, d.groups as u64 * row)?;
-                    self.grow(&mut r.buffers, Slot::Readback, t.out_rows() as u64 * row)?;
-                }
-                None => {
-                    let most = dispatches.iter().map(|d| d.groups as u64).max();
-                    self.grow(&mut r.buffers, Slot::Readback, most.unwrap_or(0) * row)?;
-                }
+            for &d in &dispatches {
+                self.grow_for(&mut r.buffers, m, (d, tree))?;
             }
             self.launch_objects(&mut r.launch).map(|_| ())
         })
+    }
+
+    /// Grows `slots` to what dispatch `d` of a kernel of `m` needs (with `tree`: summed on the
+    /// device): the inputs, the group partials (in device memory under a tree, else in the
+    /// readback buffer) and what is read back. Returns the partials' slot.
+    fn grow_for(
+        &self,
+        slots: &mut [Option<Buffer>; 3],
+        m: &Manifest,
+        (d, tree): (Dispatch, Option<gpu::DeviceTree>),
+    ) -> Result<Slot, GpuError> {
+        let row = m.row_len() as u64 * 8;
+        let partials = match tree {
+            Some(_) => Slot::DevicePartials,
+            None => Slot::Readback,
+        };
+        let inputs = (m.inputs_len() * m.precision.bytes()) as u64;
+        self.grow(slots, Slot::Inputs, inputs)?;
+        self.grow(slots, partials, d.groups as u64 * row)?;
+        let back = tree.map_or(d.groups, |t| t.out_rows());
+        self.grow(slots, Slot::Readback, back as u64 * row)?;
+        Ok(partials)
     }
 
     /// A storage buffer of at least `size` bytes in memory fit for `mem`.
@@ -743,20 +756,13 @@ impl Device {
         timeout: Duration,
         out: &mut [f64],
     ) -> Result<(), GpuError> {
-        let rows = disp.groups as u64 * k.manifest.row_len() as u64;
         let mut reused = k.reused.lock().unwrap_or_else(|e| e.into_inner());
         let r = &mut *reused;
         let slots = &mut r.buffers;
-        let partials = match tree {
-            Some(_) => Slot::DevicePartials,
-            None => Slot::Readback,
-        };
         let back = Slot::Readback;
-        let launch = k.clock.allocate(|| -> Result<Launch, GpuError> {
-            self.grow(slots, Slot::Inputs, inputs.len() as u64)?;
-            self.grow(slots, partials, rows * 8)?;
-            self.grow(slots, back, out.len() as u64 * 8)?;
-            self.launch_objects(&mut r.launch)
+        let (partials, launch) = k.clock.allocate(|| -> Result<(Slot, Launch), GpuError> {
+            let partials = self.grow_for(slots, &k.manifest, (disp, tree))?;
+            Ok((partials, self.launch_objects(&mut r.launch)?))
         })?;
         let get = |s: Slot| {
             slots[s as usize]

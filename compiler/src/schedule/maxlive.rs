@@ -228,9 +228,19 @@ pub fn storage_slots(schedule: &Schedule, nodes: usize) -> u32 {
 /// a value held across a long stretch without use costs two accesses, one read in every
 /// segment of a checkpointed sweep many.
 pub fn spill_traffic(schedule: &Schedule, nodes: usize, registers: u32) -> u64 {
-    use std::collections::BinaryHeap;
+    storage_and_spills(schedule, nodes, registers).1
+}
+
+/// [`storage_slots`] and [`spill_traffic`] from one run of the schedule.
+pub fn storage_and_spills(schedule: &Schedule, nodes: usize, registers: u32) -> (u32, u64) {
     let sim = simulate_with(schedule, nodes, true);
-    let acc = &sim.accesses;
+    let slots = sim.alive().into_iter().max().unwrap_or(0);
+    (slots, fewest_spills(&sim.accesses, registers))
+}
+
+/// Belady's count over `acc` (see [`spill_traffic`]).
+fn fewest_spills(acc: &[(usize, usize, bool)], registers: u32) -> u64 {
+    use std::collections::BinaryHeap;
     // For each access, the index of the same value's next access (usize::MAX: none).
     let mut next = vec![usize::MAX; acc.len()];
     let mut seen: HashMap<usize, usize> = HashMap::new();
@@ -258,10 +268,8 @@ pub fn spill_traffic(schedule: &Schedule, nodes: usize, registers: u32) -> u64 {
                     match held.get(&victim) {
                         Some(&(m, d)) if m == n => {
                             held.remove(&victim);
-                            if n != usize::MAX {
-                                spilled.insert(victim);
-                                traffic += u64::from(d); // a store
-                            }
+                            spilled.insert(victim);
+                            traffic += u64::from(d); // a store
                         }
                         _ => {} // stale
                     }
@@ -269,11 +277,12 @@ pub fn spill_traffic(schedule: &Schedule, nodes: usize, registers: u32) -> u64 {
                 writes
             }
         };
-        held.insert(v, (next[i], dirty));
-        heap.push((next[i], v));
         if next[i] == usize::MAX {
             // Never read again: its register is free at once.
             held.remove(&v);
+        } else {
+            held.insert(v, (next[i], dirty));
+            heap.push((next[i], v));
         }
     }
     traffic
