@@ -92,7 +92,8 @@ mod tests {
                 "european",
                 "format2",
                 "portfolio",
-                "random"
+                "random",
+                "relative"
             ]
         );
         let asian = &cases[0];

@@ -523,11 +523,11 @@ output price = %5
             "3 rules (mul, exp, mul), 1 call (exp), leaves value, its square, non-finite count"
         );
         assert_eq!((price.tangent_ops, price.adjoint_ops), (0, 0));
-        // Forward, 2 directions: t3_vol = z (1 multiply); t4_vol = t3 * v4 (1); t5_spot = v4
-        // (1: a literal 1 times v4), t5_vol = t4 * spot (1). Leaves: the price's 3 and each
-        // Greek with its square.
+        // Forward, 2 directions: t3_vol = z (1 multiply); exp's tangent is relative, t3 itself
+        // (0); t5_spot = v4 (1: a literal 1 times v4), t5_vol = t3 * v5 (1: the relative
+        // tangent times the product). Leaves: the price's 3 and each Greek with its square.
         let fwd = work(&v, Mode::Forward);
-        assert_eq!((fwd.tangent_ops, fwd.adjoint_ops, fwd.leaves), (4, 0, 7));
+        assert_eq!((fwd.tangent_ops, fwd.adjoint_ops, fwd.leaves), (3, 0, 7));
         // Reverse: d5 feeds spot and v4 (2 terms), exp feeds v3 (1), mul feeds vol (1).
         let rev = work(&v, Mode::Reverse);
         assert_eq!((rev.tangent_ops, rev.adjoint_ops, rev.leaves), (0, 4, 7));
@@ -540,11 +540,11 @@ output price = %5
         );
         assert_eq!(tight.excess_live, rev.max_live - 1);
         assert_eq!(tight.register_live, 1);
-        // Storage: price and forward hold only values and tangents (max_live counts both);
-        // reverse holds its 4 values (spot, z, exp, the price) and the seeded adjoint d5 when
-        // the sweep starts.
+        // Storage: price and forward hold only values and tangents (max_live counts both; the
+        // exp's relative tangent is t3 itself, no value of its own); reverse holds its 4 values
+        // (spot, z, exp, the price) and the seeded adjoint d5 when the sweep starts.
         assert_eq!((price.max_live, price.storage_slots), (3, 3));
-        assert_eq!((fwd.max_live, fwd.storage_slots), (4, 4));
+        assert_eq!((fwd.max_live, fwd.storage_slots), (3, 3));
         assert_eq!((rev.max_live, rev.storage_slots), (4, 5));
     }
 

@@ -522,6 +522,201 @@ static NCDF: Rule = Rule {
     ))],
 };
 
+/// Forward mode's two forms of a tangent operand (`schedule`'s forward sweep): *absolute*, the
+/// tangent t itself, or *relative*, a ρ with t = value · ρ. An exp's tangent is relative for free
+/// (ρ = its argument's tangent), and products and quotients of relative tangents stay relative
+/// (ρ's add), so a multiplicative chain (a GBM path: S_k = S_{k-1} · exp(x_k)) costs one add a
+/// step and direction instead of a multiply and a fused multiply-add. No division ever makes a
+/// relative tangent, so it is exact wherever the absolute one is (a zero value included).
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Relative {
+    /// The node's relative tangent is argument `Arg`'s relative tangent, unchanged (`a · k`,
+    /// `a / k`, `-a`, and `exp(a)` of an absolute one).
+    PassOn(Arg),
+    /// The node's relative tangent is this rule's tangent sum over the arguments' tangents.
+    Rule(&'static Rule),
+}
+
+/// Do `op`'s tangent rules accept relative argument tangents ([`absolute_tangent`])? A node
+/// whose every consumer does (and that is no output) may keep a relative tangent.
+pub fn takes_relative(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Neg | Op::Exp
+    )
+}
+
+/// The relative tangent of an `op` node whose arguments `has` a tangent in a direction, `rel`
+/// telling which of them are relative; `None` where only an absolute one can be had without a
+/// division (a sum, or a product with an absolute factor).
+pub fn relative_tangent(op: Op, has: [bool; 2], rel: [bool; 2]) -> Option<Relative> {
+    // Every argument with a tangent must be relative, except an exp's.
+    let all_rel = (0..2).all(|k| !has[k] || rel[k]);
+    Some(match op {
+        Op::Exp if !rel[0] => Relative::PassOn(Arg::A),
+        Op::Exp => Relative::Rule(&EXP_OF_RELATIVE),
+        Op::Mul | Op::Div | Op::Neg if !all_rel => return None,
+        Op::Mul | Op::Div | Op::Neg if has == [true, false] => Relative::PassOn(Arg::A),
+        Op::Mul if has == [false, true] => Relative::PassOn(Arg::B),
+        Op::Mul => Relative::Rule(&ADD),
+        Op::Div if has == [false, true] => Relative::Rule(&DIV_OF_RELATIVE_DIVISOR),
+        Op::Div => Relative::Rule(&SUB),
+        _ => return None,
+    })
+}
+
+/// The rule of an `op` node's absolute tangent when the arguments' tangents are relative where
+/// `rel` says: `D` then stands for ρ, and each step's `D · x'` becomes `ρ · x · x'` simplified
+/// (a product's or quotient's `ρ_a · A · B` is `ρ_a · C`). `op` must [`takes_relative`] if any is.
+pub fn absolute_tangent(op: Op, rel: [bool; 2]) -> Option<&'static Rule> {
+    let i = usize::from(rel[0]) + 2 * usize::from(rel[1]);
+    Some(match (op, i) {
+        (_, 0) => return rule(op),
+        (Op::Add, _) => ADD_OF_RELATIVE[i - 1],
+        (Op::Sub, _) => SUB_OF_RELATIVE[i - 1],
+        (Op::Mul, _) => MUL_OF_RELATIVE[i - 1],
+        (Op::Div, _) => DIV_OF_RELATIVE[i - 1],
+        (Op::Exp, 1) => &EXP_ABSOLUTE_OF_RELATIVE,
+        (Op::Neg, 1) => &NEG_ABSOLUTE_OF_RELATIVE,
+        _ => return None,
+    })
+}
+
+/// Every rule [`relative_tangent`] and [`absolute_tangent`] can give besides an op's own (the
+/// corpus case `relative` makes forward mode run each of them).
+pub fn relative_rules() -> Vec<&'static Rule> {
+    let mut all: Vec<&'static Rule> = vec![
+        &ADD,
+        &SUB,
+        &EXP_OF_RELATIVE,
+        &DIV_OF_RELATIVE_DIVISOR,
+        &EXP_ABSOLUTE_OF_RELATIVE,
+        &NEG_ABSOLUTE_OF_RELATIVE,
+    ];
+    for table in [
+        &ADD_OF_RELATIVE,
+        &SUB_OF_RELATIVE,
+        &MUL_OF_RELATIVE,
+        &DIV_OF_RELATIVE,
+    ] {
+        all.extend(table.iter().copied());
+    }
+    all
+}
+
+/// `ρ_x · A · C`: exp's absolute tangent of a relative argument tangent.
+static EXP_ABSOLUTE_OF_RELATIVE: Rule = Rule {
+    value: Expr::Call(Fun::Exp, A),
+    adjoint: &[Step::Acc(acc(
+        Arg::A,
+        arith(Arith::Mul, &arith(Arith::Mul, D, A), C),
+    ))],
+};
+/// `ρ_x · A`: exp's relative tangent of a relative argument tangent (its absolute one).
+static EXP_OF_RELATIVE: Rule = Rule {
+    value: Expr::Call(Fun::Exp, A),
+    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A)))],
+};
+/// `k / b`'s relative tangent, `-ρ_b` (`k` without a tangent).
+static DIV_OF_RELATIVE_DIVISOR: Rule = Rule {
+    value: arith(Arith::Div, A, B),
+    adjoint: &[Step::Acc(dec(Arg::B, Expr::D))],
+};
+/// `-(ρ · A)` is `ρ · C`.
+static NEG_ABSOLUTE_OF_RELATIVE: Rule = Rule {
+    value: Expr::Neg(A),
+    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C)))],
+};
+// `absolute_tangent`'s rules for A relative, B relative, both.
+static ADD_OF_RELATIVE: [&Rule; 3] = [&ADD_RA, &ADD_RB, &ADD_RR];
+static ADD_RA: Rule = Rule {
+    value: arith(Arith::Add, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
+        Step::Acc(acc(Arg::B, Expr::D)),
+    ],
+};
+static ADD_RB: Rule = Rule {
+    value: arith(Arith::Add, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, Expr::D)),
+        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, B))),
+    ],
+};
+static ADD_RR: Rule = Rule {
+    value: arith(Arith::Add, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
+        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, B))),
+    ],
+};
+static SUB_OF_RELATIVE: [&Rule; 3] = [&SUB_RA, &SUB_RB, &SUB_RR];
+static SUB_RA: Rule = Rule {
+    value: arith(Arith::Sub, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
+        Step::Acc(dec(Arg::B, Expr::D)),
+    ],
+};
+static SUB_RB: Rule = Rule {
+    value: arith(Arith::Sub, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, Expr::D)),
+        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, B))),
+    ],
+};
+static SUB_RR: Rule = Rule {
+    value: arith(Arith::Sub, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
+        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, B))),
+    ],
+};
+static MUL_OF_RELATIVE: [&Rule; 3] = [&MUL_RA, &MUL_RB, &MUL_RR];
+static MUL_RA: Rule = Rule {
+    value: arith(Arith::Mul, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
+        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, A))),
+    ],
+};
+static MUL_RB: Rule = Rule {
+    value: arith(Arith::Mul, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, B))),
+        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, C))),
+    ],
+};
+static MUL_RR: Rule = Rule {
+    value: arith(Arith::Mul, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
+        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, C))),
+    ],
+};
+static DIV_OF_RELATIVE: [&Rule; 3] = [&DIV_RA, &DIV_RB, &DIV_RR];
+static DIV_RA: Rule = Rule {
+    value: arith(Arith::Div, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
+        Step::Acc(dec(Arg::B, arith(Arith::Div, &arith(Arith::Mul, D, C), B))),
+    ],
+};
+static DIV_RB: Rule = Rule {
+    value: arith(Arith::Div, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Div, D, B))),
+        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, C))),
+    ],
+};
+static DIV_RR: Rule = Rule {
+    value: arith(Arith::Div, A, B),
+    adjoint: &[
+        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
+        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, C))),
+    ],
+};
+
 /// The rules of an arithmetic op; `None` for the leaves (`input`, `const`, `normal`,
 /// `uniform`), whose values each back end loads or draws itself.
 pub fn rule(op: Op) -> Option<&'static Rule> {

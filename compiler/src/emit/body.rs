@@ -13,6 +13,7 @@ use super::ScratchLayout;
 use crate::ops::{Acc, Arith, Cond, Expr, Fun, Step};
 use crate::schedule::{self, Adjoint, Def, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId, Tape};
+use std::collections::HashMap;
 
 /// Everything the printer reads.
 pub(super) struct Body<'a> {
@@ -25,6 +26,60 @@ pub(super) struct Body<'a> {
     pub layout: ScratchLayout,
     /// The 64-bit index type of the scratch address (C dialects only).
     pub index64: &'static str,
+    /// Tangent definitions printed inside their one reader ([`fused_products`]).
+    pub fused: HashMap<Var, Tangent>,
+}
+
+/// Forward mode's product tangents that their only reader adds: a definition whose sum is one
+/// product (`t = x * y`, e.g. `vol`'s tangent of `vol * z`) read once, as a plain term of a later
+/// tangent sum of the same statement list (`u = p + t`), is printed inside that sum, where it
+/// becomes a fused multiply-add (`u = fma(x, y, p)`): one operation instead of two.
+pub(super) fn fused_products(schedule: &Schedule) -> HashMap<Var, Tangent> {
+    let mut reads: HashMap<Var, usize> = HashMap::new();
+    let mut count = |x: &Operand| {
+        if let Operand::Var(v @ Var::Tangent(..)) = *x {
+            *reads.entry(v).or_default() += 1;
+        }
+    };
+    schedule.walk(&mut |s| match s {
+        Stmt::Tangent(t) => t.from.iter().flatten().for_each(&mut count),
+        Stmt::Leaves(leaves) => leaves.iter().for_each(|l| {
+            if let Leaf::Value(x) = l {
+                count(x)
+            }
+        }),
+        _ => {}
+    });
+    let mut fused = HashMap::new();
+    let mut products: HashMap<Var, Tangent> = HashMap::new();
+    for s in &schedule.body {
+        let Stmt::Tangent(t) = s else { continue };
+        // A reader's plain terms (`d(arg) += D`) whose tangent is a product read only here.
+        for step in t.rule.adjoint {
+            if let Step::Acc(Acc {
+                arg, expr: Expr::D, ..
+            }) = step
+            {
+                if let Some(Operand::Var(v)) = t.from[arg.index()] {
+                    if reads.get(&v) == Some(&1) {
+                        if let Some(p) = products.remove(&v) {
+                            fused.insert(v, p);
+                        }
+                    }
+                }
+            }
+        }
+        let mut live = t.rule.adjoint.iter().filter(|step| match step {
+            Step::Acc(a) => t.from[a.arg.index()].is_some(),
+            Step::If(..) => true,
+        });
+        if let (Some(Step::Acc(a)), None) = (live.next(), live.next()) {
+            if !a.sub && matches!(a.expr, Expr::Arith(Arith::Mul, ..)) {
+                products.insert(Var::Tangent(t.node, t.lane), *t);
+            }
+        }
+    }
+    fused
 }
 
 /// Lines of source with an indentation level.
@@ -207,19 +262,30 @@ impl<'a> Body<'a> {
         }
     }
 
-    /// One adjoint step of a tangent definition as a term of its sum (`schedule::Tangent`):
-    /// `(text, precedence, subtracted)`, or `None` when it contributes nothing.
-    fn tangent_term(
-        &self,
-        step: &Step,
-        t: &Tangent,
-        x: &[String; 4],
-    ) -> Option<(String, u8, bool)> {
+    /// One adjoint step of a tangent definition as a term of its sum (`schedule::Tangent`), or
+    /// `None` when it contributes nothing.
+    fn tangent_term(&self, step: &Step, t: &Tangent, x: &[String; 4]) -> Option<Term> {
         let acc = |acc: &Acc| {
             let d = t.from[acc.arg.index()]?;
+            if let (Expr::D, Operand::Var(v)) = (acc.expr, d) {
+                if let Some(product) = self.fused.get(&v) {
+                    let mut term = self.tangent_terms(product).pop()?;
+                    term.sub ^= acc.sub;
+                    return Some(term);
+                }
+            }
             let x = [x[0].clone(), x[1].clone(), x[2].clone(), self.operand(d)];
-            let (e, p) = self.expr(&acc.expr, &x);
-            Some((e, p, acc.sub))
+            let (text, prec) = self.expr(&acc.expr, &x);
+            let factors = match acc.expr {
+                Expr::Arith(Arith::Mul, y, z) => Some((self.expr(y, &x), self.expr(z, &x).0)),
+                _ => None,
+            };
+            Some(Term {
+                text,
+                prec,
+                sub: acc.sub,
+                factors,
+            })
         };
         match step {
             Step::Acc(a) => acc(a),
@@ -229,33 +295,61 @@ impl<'a> Body<'a> {
                 if then.is_none() && other.is_none() {
                     return None;
                 }
-                let arm = |term: Option<(String, u8, bool)>| match term {
+                let arm = |term: Option<Term>| match term {
                     None => self.lit(0.0),
-                    Some((e, p, true)) => negate(&e, p),
-                    Some((e, 0, false)) => format!("({e})"),
-                    Some((e, _, false)) => e,
+                    Some(t) if t.sub => negate(&t.text, t.prec),
+                    Some(t) if t.prec == 0 => format!("({})", t.text),
+                    Some(t) => t.text,
                 };
                 let c = self.cond(c, x);
-                Some((format!("({c}) ? {} : {}", arm(then), arm(other)), 0, false))
+                Some(Term {
+                    text: format!("({c}) ? {} : {}", arm(then), arm(other)),
+                    prec: 0,
+                    sub: false,
+                    factors: None,
+                })
             }
         }
     }
 
-    /// The right-hand side of a tangent definition: its terms summed in step order.
-    fn tangent(&self, t: &Tangent) -> String {
+    /// The terms of a tangent definition's sum, in step order.
+    fn tangent_terms(&self, t: &Tangent) -> Vec<Term> {
         let op = |x: Option<Operand>| x.map(|x| self.operand(x)).unwrap_or_default();
         let x = [op(t.x[0]), op(t.x[1]), op(t.x[2]), String::new()];
+        t.rule
+            .adjoint
+            .iter()
+            .filter_map(|step| self.tangent_term(step, t, &x))
+            .collect()
+    }
+
+    /// The right-hand side of a tangent definition: its terms summed in step order, each product
+    /// after the first term added by one fused multiply-add (`fma(x, y, sum)`, one rounding:
+    /// tangents are not compared bit for bit with any other kernel, only run with run, and the
+    /// fused form is the cheaper and the more accurate). A sum whose first term is a product and
+    /// whose second is not starts from the second (addition commutes).
+    fn tangent(&self, t: &Tangent) -> String {
+        let mut terms = self.tangent_terms(t);
+        if terms.len() == 2 && terms[0].factors.is_some() && terms[1].factors.is_none() {
+            terms.swap(0, 1);
+        }
+        let fma = self.d.math(MathFn::Fma, self.p);
         let mut sum: Option<String> = None;
-        for step in t.rule.adjoint {
-            let Some((e, p, sub)) = self.tangent_term(step, t, &x) else {
-                continue;
-            };
-            sum = Some(match sum {
-                None if sub => negate(&e, p),
-                None => e,
-                Some(acc) => {
-                    let rhs = if p <= 1 { format!("({e})") } else { e };
-                    format!("{acc} {} {rhs}", if sub { '-' } else { '+' })
+        for term in terms {
+            sum = Some(match (sum, term.factors) {
+                (None, _) if term.sub => negate(&term.text, term.prec),
+                (None, _) => term.text,
+                (Some(acc), Some(((y, yp), z))) => {
+                    let y = if term.sub { negate(&y, yp) } else { y };
+                    format!("{fma}({y}, {z}, {acc})")
+                }
+                (Some(acc), None) => {
+                    let rhs = if term.prec <= 1 {
+                        format!("({})", term.text)
+                    } else {
+                        term.text
+                    };
+                    format!("{acc} {} {rhs}", if term.sub { '-' } else { '+' })
                 }
             });
         }
@@ -353,6 +447,7 @@ impl<'a> Body<'a> {
                     }
                 }
             }
+            Stmt::Tangent(t) if self.fused.contains_key(&Var::Tangent(t.node, t.lane)) => {}
             Stmt::Tangent(t) => {
                 let name = self.var(Var::Tangent(t.node, t.lane));
                 let line = format!("{} {name} = {};", self.decl_type(), self.tangent(t));
@@ -438,6 +533,15 @@ impl<'a> Body<'a> {
         }
         used
     }
+}
+
+/// One term of a tangent sum: its text and precedence, whether it is subtracted, and its two
+/// factors (the first with its precedence) when it is a product.
+struct Term {
+    text: String,
+    prec: u8,
+    sub: bool,
+    factors: Option<((String, u8), String)>,
 }
 
 /// `-e` for a term of precedence `p` (parenthesized unless it is primary and not already negative).

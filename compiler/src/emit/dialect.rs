@@ -90,6 +90,8 @@ pub enum MathFn {
     Tanh,
     Erfc,
     Pow,
+    /// `fma(x, y, z)`: x · y + z rounded once (forward mode's tangent sums).
+    Fma,
 }
 
 impl MathFn {
@@ -141,6 +143,8 @@ impl Dialect {
             (MathFn::Erfc, true) => "erfcf",
             (MathFn::Pow, true) => "powf",
             (MathFn::Pow, false) => "pow",
+            (MathFn::Fma, true) => "fmaf",
+            (MathFn::Fma, false) => "fma",
             // GLSL has no erfc, and its tanh may overflow to NaN: the template defines these
             // (`helpers`).
             (MathFn::Tanh, false) if self.target == Target::Glsl => "nablac_tanh",
@@ -151,9 +155,9 @@ impl Dialect {
     }
 
     /// Does the language have `f` at f64? (GLSL 450 has no double exp, log, cos, tanh, erfc or
-    /// pow.)
+    /// pow; it has double sqrt, abs and fma.)
     pub fn has_f64(&self, f: MathFn) -> bool {
-        self.target != Target::Glsl || matches!(f, MathFn::Sqrt | MathFn::Abs)
+        self.target != Target::Glsl || matches!(f, MathFn::Sqrt | MathFn::Abs | MathFn::Fma)
     }
 
     /// A quiet NaN of precision `p`, as an expression.

@@ -233,6 +233,7 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         } else {
             "ulong"
         },
+        fused: body::fused_products(&schedule),
     };
     if opts.precision == Precision::F64 {
         let (normal, uniform) = schedule.draws();
