@@ -27,10 +27,15 @@ struct Skeleton {
     local_id: &'static str,
     group_id: &'static str,
     barrier: &'static str,
-    wg: u32,
+    wg: usize,
     /// `, N` for `__launch_bounds__(WG, N)`, or empty.
     min_blocks: String,
     n_sums: usize,
+    /// The sums in batches of at most `batch`, each batch reduced over one barrier a level.
+    batches: Vec<Vec<usize>>,
+    batch: usize,
+    /// Doubles of the workgroup's shared array: `batch` leaves per thread.
+    sh_len: usize,
     partial_index: String,
     /// A leaf past the run's paths: -0.0, the identity of + (TAPE-FORMAT.md, Results).
     padding: String,
@@ -96,6 +101,15 @@ pub(super) fn kind(body: &Body<'_>) -> String {
     }
 }
 
+/// Sums reduced together (one barrier a tree level for all of them): as many as 8 KiB of shared
+/// memory holds at one f64 per thread (8 at the default workgroup of 128). One barrier a level
+/// per sum made the forward kernel of the 252-step Asian (13 sums) wait at 104 barriers a
+/// workgroup; 8 at a time, at 16, it ran 4% faster on an H100 (BENCHMARKS.md, 2026-12-05). 8 KiB
+/// stays within every target's guaranteed local memory (Vulkan's least is 16 KiB).
+fn reduction_batch(workgroup_size: u32) -> usize {
+    (1024 / workgroup_size.max(1)).max(1) as usize
+}
+
 /// Renders the whole kernel source.
 pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, EmitError> {
     let d: Dialect = body.d;
@@ -104,6 +118,13 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
     let glsl = opts.target == Target::Glsl;
     let (normal, uniform) = body.schedule.draws();
     let n_sums = body.schedule.leaf_count();
+    let wg = opts.workgroup_size as usize;
+    let batch = reduction_batch(opts.workgroup_size).min(n_sums.max(1));
+    let batches: Vec<Vec<usize>> = (0..n_sums)
+        .collect::<Vec<_>>()
+        .chunks(batch)
+        .map(<[usize]>::to_vec)
+        .collect();
     let partial_index = if glsl {
         format!("group * {n_sums}u + ")
     } else {
@@ -154,9 +175,12 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         local_id: d.local_id,
         group_id: d.group_id,
         barrier: d.barrier,
-        wg: opts.workgroup_size,
+        wg,
         min_blocks: opts.min_blocks.map_or(String::new(), |n| format!(", {n}")),
         n_sums,
+        batches,
+        batch,
+        sh_len: batch * wg,
         partial_index,
         padding: d.literal(-0.0, Precision::F64),
         scratch: body.schedule.strategy == Checkpoint::Scratch,

@@ -766,15 +766,22 @@ fn manifest_describes_the_abi() {
         }
         assert_eq!(m.params[1].role, "output");
         // The partials index and the pairwise reduction order.
+        // At workgroup 256, 4 sums a batch: sum s sits at sh[(s % 4) * 256 + lid], its tree's
+        // root at sh[(s % 4) * 256].
         for s in 0..13 {
-            assert!(k.source.contains(&format!("group * 13u + {s}u] = sh[0];")));
-            assert!(k.source.contains(&format!("sh[lid] = acc{s};")));
+            let at = (s % 4) * 256;
+            assert!(k
+                .source
+                .contains(&format!("group * 13u + {s}u] = sh[{at}u];")));
+            assert!(k.source.contains(&format!("sh[{at}u + lid] = acc{s};")));
         }
         assert!(!k.source.contains("acc["), "no indexed leaf array");
-        assert_eq!(count(&k.source, "m < 256u; m *= 2u)"), 13);
-        assert!(k
-            .source
-            .contains("if (lid % (2u * m) == 0u) sh[lid] += sh[lid + m];"));
+        assert_eq!(count(&k.source, "m < 256u; m *= 2u)"), 4);
+        for at in [0, 256, 512, 768] {
+            assert!(k
+                .source
+                .contains(&format!("sh[{at}u + lid] += sh[{at}u + lid + m];")));
+        }
         // The manifest round-trips through JSON.
         let json = serde_json::to_string(m).unwrap();
         assert_eq!(&serde_json::from_str::<Manifest>(&json).unwrap(), m);
