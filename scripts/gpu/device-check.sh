@@ -20,7 +20,7 @@ set -uo pipefail
 out=${OUT:-/tmp/nablac-gpu}
 mkdir -p "$out"
 g=.gpu
-[ -d "$g" ] || python3 -c 'import tarfile; tarfile.open(".gpu.tar.xz").extractall()'
+[ -d "$g/bin" ] || python3 -c 'import tarfile; tarfile.open(".gpu.tar.xz").extractall()'
 paths=${PATHS:-1000000}
 reps=${REPS:-5}
 export PYTHONUNBUFFERED=1

@@ -7,6 +7,8 @@
 #                segment counts and --min-blocks), emitted by nablac, each with its
 #                manifest, its sm_90 cubin (NVRTC + ptxas here, so no device time goes to
 #                compiling) and ptxas's resource report
+#   .gpu/m/      with MODES=1: scripts/gpu/modes-bench.sh's kernels (the benchmark tapes by mode),
+#                with their cubins, which modes-bench.sh then times without compiling
 # Needs scripts/install-test-deps.sh to have run (NVRTC and ptxas). Then, with the device tool:
 #   run  bash scripts/gpu/device-check.sh   carrying .gpu.tar.xz
 # (.gpu packed: cubins shrink ninefold under xz, and a carry holds 64 MiB; device-check.sh unpacks it).
@@ -14,9 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . .tools/env.sh
 g=.gpu
-pack() { python3 -c 'import sys, tarfile
+# The pack holds bin, deb, k, and m only when MODES=1 made it this time (else a stale m would be
+# timed in place of the kernels modes-bench.sh emits on the device).
+pack() { python3 -c 'import os, sys, tarfile
+parts = ["bin", "deb", "k"] + (["m"] if sys.argv[3] == "1" else [])
 with tarfile.open(sys.argv[1], "w:xz") as t:
-    t.add(sys.argv[2])' .gpu.tar.xz "$g"; }
+    for p in parts:
+        if os.path.exists(os.path.join(sys.argv[2], p)):
+            t.add(os.path.join(sys.argv[2], p))' .gpu.tar.xz "$g" "${MODES:-0}"; }
 # BINARIES_ONLY=1 refreshes .gpu/bin and leaves the kernels alone. Kernels are re-emitted every
 # time; a cubin is rebuilt only when its source or manifest changed (their cubins take minutes).
 rm -rf "$g/bin" "$g/deb"
@@ -84,6 +91,17 @@ cubin() {
   sha=$(cat "$cu" "$cu.json" | sha256sum)
   if ! [[ -f "$base.cubin" && "$(cat "$base.sha" 2>/dev/null)" == "$sha" ]]; then
     rm -f "$base.cubin" "$base.sha"
+    # The same source and manifest built next door (modes-bench's auto kernel is one of the
+    # others): copy its cubin.
+    local twin
+    twin=$(grep -lxF "$sha" "$(dirname "$cu")"/*.sha 2>/dev/null | head -1)
+    if [[ -n $twin && -f ${twin%.sha}.cubin ]]; then
+      cp "${twin%.sha}.cubin" "$base.cubin"
+      cp "${twin%.sha}.ptxas.txt" "$base.ptxas.txt"
+      echo "$sha" >"$base.sha"
+    fi
+  fi
+  if ! [[ -f "$base.cubin" && "$(cat "$base.sha" 2>/dev/null)" == "$sha" ]]; then
     opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
     # shellcheck disable=SC2086
     python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts 2>"$base.nvrtc.log"
@@ -96,5 +114,12 @@ cubin() {
 export -f cubin
 export NABLAC_NVRTC NABLAC_PTXAS
 ls "$g"/k/*.cu | xargs -P 2 -I{} bash -c 'cubin {}' | sort | tee "$g/k/ptxas-summary.txt"
+# MODES=1: modes-bench.sh's kernels too (every benchmark tape by mode), in .gpu/m.
+if [[ "${MODES:-0}" == 1 ]]; then
+  NABLAC=$n EMIT_ONLY="$g/m" bash scripts/gpu/modes-bench.sh
+  # The auto kernels last: each is a copy of one of the others.
+  { ls "$g"/m/*.cu | grep -v _auto.cu; ls "$g"/m/*_auto.cu; } |
+    xargs -P 2 -I{} bash -c 'cubin {}' | sort | tee "$g/m/ptxas-summary.txt"
+fi
 pack
 du -sh "$g" .gpu.tar.xz
