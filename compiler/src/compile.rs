@@ -115,17 +115,48 @@ impl CpuBackend {
 /// Asian lost 15% with it. f64 kernels were not measured with it.
 pub const DEFAULT_MIN_BLOCKS: u32 = 4;
 
+/// CUDA launch bounds of f32 forward kernels whose values just miss four resident workgroups:
+/// 3 workgroups of 128 (at most 168 registers) where the schedule holds
+/// [`FORWARD_MIN_BLOCKS_LIVE`] values at most. On the H100 (BENCHMARKS.md, 2026-12-05 evening)
+/// the 24-bucket Asian's forward kernel (184 values; ptxas gave it 226 registers, two
+/// workgroups) went from 60.2 to 40.9 ms with it (168 registers, 20 bytes spilled, the same
+/// bits), while the 36-bucket one (268 values) went from 66.8 to 93.3 ms (1.2 KB spilled).
+/// Below 129 values ptxas already fits three workgroups or more (the 12-bucket tape: 100
+/// values, 130 registers).
+pub const FORWARD_MIN_BLOCKS: u32 = 3;
+/// The values (`max_live`) of the forward kernels [`FORWARD_MIN_BLOCKS`] is for: measured to
+/// pay at 184, to lose at 268; the bound between is not measured.
+pub const FORWARD_MIN_BLOCKS_LIVE: std::ops::RangeInclusive<u32> = 129..=200;
+
 /// The launch-bounds hint `opts` asks for on `plan` (see `CompileOptions::min_blocks`).
-pub(crate) fn min_blocks(opts: &CompileOptions, plan: &Plan) -> Option<u32> {
+pub(crate) fn min_blocks(tape: &Verified, opts: &CompileOptions, plan: &Plan) -> Option<u32> {
+    let f32_cuda = opts.target == Target::Cuda && opts.precision == Precision::F32;
     match opts.min_blocks {
         Some(0) => None,
         Some(n) => Some(n),
-        None => (opts.target == Target::Cuda
+        None if f32_cuda
             && opts.mode == Mode::Reverse
-            && opts.precision == Precision::F32
             && plan.segments.strategy == Checkpoint::Registers
-            && plan.segments.is_checkpointed())
-        .then_some(DEFAULT_MIN_BLOCKS),
+            && plan.segments.is_checkpointed() =>
+        {
+            Some(DEFAULT_MIN_BLOCKS)
+        }
+        None if f32_cuda && opts.mode == Mode::Forward && opts.workgroup_size == 128 => {
+            let schedule = crate::schedule::Schedule::build(
+                tape,
+                plan,
+                crate::schedule::ScheduleOptions {
+                    mode: Mode::Forward,
+                    opaque_math: crate::passes::opaque_math_arguments(opts.target),
+                    greek_stderr: opts.greek_stderr,
+                },
+            );
+            let live = crate::schedule::maxlive::max_live(&schedule, tape.len());
+            FORWARD_MIN_BLOCKS_LIVE
+                .contains(&live)
+                .then_some(FORWARD_MIN_BLOCKS)
+        }
+        None => None,
     }
 }
 
@@ -315,7 +346,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                     workgroup_size: opts.workgroup_size,
                     scratch_layout: opts.scratch_layout,
                     annotate: opts.annotate,
-                    min_blocks: min_blocks(opts, &plan),
+                    min_blocks: min_blocks(tape, opts, &plan),
                     greek_stderr: opts.greek_stderr,
                 },
             )?;
@@ -471,5 +502,89 @@ mod tests {
             assert_eq!(bounds(&asian, f), "128");
         }
         assert_eq!(bounds(&european(), &|_| {}), "128");
+    }
+
+    /// The 252-step Asian with its vol in `buckets` buckets (scripts/bucketed-asian.py): every
+    /// input reaches the price, so forward mode carries `buckets + 4` tangents.
+    fn bucketed_asian(buckets: u32) -> Verified {
+        let rec = crate::record::Recorder::new();
+        let spot = rec.input("spot", 100.0).unwrap();
+        let strike = rec.input("strike", 100.0).unwrap();
+        let rate = rec.input("rate", 0.03).unwrap();
+        let maturity = rec.input("maturity", 1.0).unwrap();
+        let vols: Vec<_> = (0..buckets)
+            .map(|j| {
+                rec.input(&format!("vol{}", j + 1), 0.2 + 0.005 * f64::from(j))
+                    .unwrap()
+            })
+            .collect();
+        let dt = &maturity / 252.0;
+        let sqrt_dt = dt.sqrt();
+        let (drift, diffusion): (Vec<_>, Vec<_>) = vols
+            .iter()
+            .map(|v| ((&rate - 0.5 * (v * v)) * &dt, v * &sqrt_dt))
+            .unzip();
+        let (mut s, mut total) = (spot.clone(), rec.constant(0.0));
+        for i in 0..252 {
+            let j = (i * buckets / 252) as usize;
+            s = &s * (&drift[j] + &diffusion[j] * &rec.normal(i)).exp();
+            total = &total + &s;
+        }
+        let payoff = (total / 252.0 - &strike).max(&rec.constant(0.0));
+        let price = (-(&rate * &maturity)).exp() * payoff;
+        rec.output("price", &price).unwrap();
+        verified(&rec.finish().unwrap())
+    }
+
+    #[test]
+    fn f32_cuda_forward_kernels_that_just_miss_four_workgroups_are_bounded_to_three() {
+        let bounds = |tape: &Verified, f: &dyn Fn(&mut CompileOptions)| {
+            let mut o = CompileOptions::new(Target::Cuda);
+            o.mode = Mode::Forward;
+            f(&mut o);
+            let src = compile(tape, &o).unwrap().source;
+            let (_, rest) = src.split_once("__launch_bounds__(").expect("launch bounds");
+            rest.split_once(')').unwrap().0.to_string()
+        };
+        let live = |tape: &Verified| {
+            let mut o = CompileOptions::new(Target::Cuda);
+            o.mode = Mode::Forward;
+            let plan = compile(tape, &o).unwrap().plan;
+            let schedule = crate::schedule::Schedule::build(
+                tape,
+                &plan,
+                crate::schedule::ScheduleOptions {
+                    mode: Mode::Forward,
+                    opaque_math: crate::passes::opaque_math_arguments(Target::Cuda),
+                    greek_stderr: o.greek_stderr,
+                },
+            );
+            crate::schedule::maxlive::max_live(&schedule, tape.len())
+        };
+        // 12 buckets fit three workgroups without a hint, 24 need it, 36 spill with it.
+        let (b12, b24, b36) = (bucketed_asian(12), bucketed_asian(24), bucketed_asian(36));
+        assert!(
+            live(&b12) < *FORWARD_MIN_BLOCKS_LIVE.start(),
+            "{}",
+            live(&b12)
+        );
+        assert!(
+            FORWARD_MIN_BLOCKS_LIVE.contains(&live(&b24)),
+            "{}",
+            live(&b24)
+        );
+        assert!(
+            live(&b36) > *FORWARD_MIN_BLOCKS_LIVE.end(),
+            "{}",
+            live(&b36)
+        );
+        assert_eq!(bounds(&b12, &|_| {}), "128");
+        assert_eq!(bounds(&b24, &|_| {}), "128, 3");
+        assert_eq!(bounds(&b36, &|_| {}), "128");
+        // Only f32, only workgroups of 128, and an explicit --min-blocks wins.
+        assert_eq!(bounds(&b24, &|o| o.precision = Precision::F64), "128");
+        assert_eq!(bounds(&b24, &|o| o.workgroup_size = 256), "256");
+        assert_eq!(bounds(&b24, &|o| o.min_blocks = Some(0)), "128");
+        assert_eq!(bounds(&b24, &|o| o.min_blocks = Some(2)), "128, 2");
     }
 }

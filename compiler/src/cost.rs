@@ -427,7 +427,7 @@ fn kernel_work(tape: &Verified, plan: &crate::plan::Plan, opts: &CompileOptions)
     );
     let registers = match opts.target {
         Target::Cpu => u32::MAX,
-        _ => registers(opts, plan),
+        _ => registers(tape, opts, plan),
     };
     (
         schedule.segments as u32,
@@ -438,8 +438,8 @@ fn kernel_work(tape: &Verified, plan: &crate::plan::Plan, opts: &CompileOptions)
 /// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA
 /// thread addresses), or what a launch-bounds hint leaves (65536 per multiprocessor shared by
 /// `min_blocks` workgroups).
-fn registers(opts: &CompileOptions, plan: &crate::plan::Plan) -> u32 {
-    match min_blocks(opts, plan) {
+fn registers(tape: &Verified, opts: &CompileOptions, plan: &crate::plan::Plan) -> u32 {
+    match min_blocks(tape, opts, plan) {
         Some(n) if n > 0 => (65536 / opts.workgroup_size.saturating_mul(n).max(1)).min(255),
         _ => 255,
     }
