@@ -504,6 +504,29 @@ mod tests {
         assert_eq!(bounds(&european(), &|_| {}), "128");
     }
 
+    /// The CPU target's CLIF (what `nablac TAPE --target cpu -o K.clif` writes) under
+    /// `snapshots/cpu/`, like the GPU targets' source under `snapshots/<target>/`
+    /// (`emit::snapshots`): the European in each mode, f64.
+    #[test]
+    fn cpu_kernels_match_their_snapshots() {
+        let t = european();
+        for (mode, name) in [
+            (Mode::Price, "european_price_f64"),
+            (Mode::Forward, "european_forward_f64"),
+            (Mode::Reverse, "european_reverse_f64"),
+        ] {
+            let mut o = CompileOptions::new(Target::Cpu);
+            o.mode = mode;
+            let k = compile(&t, &o).unwrap();
+            assert_eq!(k.manifest.mode, mode);
+            let mut settings = insta::Settings::clone_current();
+            settings.set_snapshot_path("../../snapshots/cpu");
+            settings.set_prepend_module_to_snapshot(false);
+            settings.set_omit_expression(true);
+            settings.bind(|| insta::assert_snapshot!(name, k.source));
+        }
+    }
+
     /// The 252-step Asian with its vol in `buckets` buckets (scripts/bucketed-asian.py): every
     /// input reaches the price, so forward mode carries `buckets + 4` tangents.
     fn bucketed_asian(buckets: u32) -> Verified {
