@@ -112,7 +112,10 @@ impl CpuBackend {
 /// multiprocessor (at most 128 registers). On the H200 (BENCHMARKS.md, 2026-12-03) it made
 /// the 252-step Asian 1.33x faster at 16 segments and the 504-step one 1.32x at 32; the
 /// 3,051-node barrier 1.06x at 32 (and 0.99x at 16). Plain kernels are left alone: the 64-step
-/// Asian lost 15% with it. f64 kernels were not measured with it.
+/// Asian lost 15% with it. f64 kernels were not measured with it. Kernels holding more than
+/// about 200 values lose with it on the H100 (BENCHMARKS.md, 2026-12-06: basket8 and the
+/// 52-bucket Asian, 1.2-2x), but it stays: without it the cost model, which has no occupancy
+/// term, would price their reverse kernels under forward and choose the slower kernel.
 pub const DEFAULT_MIN_BLOCKS: u32 = 4;
 
 /// CUDA launch bounds of f32 forward kernels whose values just miss four resident workgroups:
@@ -129,7 +132,14 @@ pub const FORWARD_MIN_BLOCKS: u32 = 3;
 pub const FORWARD_MIN_BLOCKS_LIVE: std::ops::RangeInclusive<u32> = 129..=200;
 
 /// The launch-bounds hint `opts` asks for on `plan` (see `CompileOptions::min_blocks`).
-pub(crate) fn min_blocks(tape: &Verified, opts: &CompileOptions, plan: &Plan) -> Option<u32> {
+/// `max_live` gives the kernel's schedule's max_live; it is called only for the forward rule
+/// ([`FORWARD_MIN_BLOCKS`]), so a caller that has built the schedule passes its count and one
+/// that has not builds it only then ([`max_live`]).
+pub(crate) fn min_blocks(
+    opts: &CompileOptions,
+    plan: &Plan,
+    max_live: impl FnOnce() -> u32,
+) -> Option<u32> {
     let f32_cuda = opts.target == Target::Cuda && opts.precision == Precision::F32;
     match opts.min_blocks {
         Some(0) => None,
@@ -142,22 +152,18 @@ pub(crate) fn min_blocks(tape: &Verified, opts: &CompileOptions, plan: &Plan) ->
             Some(DEFAULT_MIN_BLOCKS)
         }
         None if f32_cuda && opts.mode == Mode::Forward && opts.workgroup_size == 128 => {
-            let schedule = crate::schedule::Schedule::build(
-                tape,
-                plan,
-                crate::schedule::ScheduleOptions {
-                    mode: Mode::Forward,
-                    opaque_math: crate::passes::opaque_math_arguments(opts.target),
-                    greek_stderr: opts.greek_stderr,
-                },
-            );
-            let live = crate::schedule::maxlive::max_live(&schedule, tape.len());
             FORWARD_MIN_BLOCKS_LIVE
-                .contains(&live)
+                .contains(&max_live())
                 .then_some(FORWARD_MIN_BLOCKS)
         }
         None => None,
     }
+}
+
+/// The max_live of the schedule of the kernel `opts` compiles `tape` to under `plan`.
+pub(crate) fn max_live(tape: &Verified, opts: &CompileOptions, plan: &Plan) -> u32 {
+    let schedule = crate::schedule::Schedule::build(tape, plan, opts.schedule_options());
+    crate::schedule::maxlive::max_live(&schedule, tape.len())
 }
 
 impl CompileOptions {
@@ -185,6 +191,15 @@ impl CompileOptions {
             cpu_backend: CpuBackend::Cranelift,
             greek_stderr: true,
             ladder: None,
+        }
+    }
+
+    /// The options of the schedule the kernel follows (what every reader of it builds).
+    pub(crate) fn schedule_options(&self) -> crate::schedule::ScheduleOptions {
+        crate::schedule::ScheduleOptions {
+            mode: self.mode,
+            opaque_math: crate::passes::opaque_math_arguments(self.target),
+            greek_stderr: self.greek_stderr,
         }
     }
 }
@@ -346,7 +361,7 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                     workgroup_size: opts.workgroup_size,
                     scratch_layout: opts.scratch_layout,
                     annotate: opts.annotate,
-                    min_blocks: min_blocks(tape, opts, &plan),
+                    min_blocks: min_blocks(opts, &plan, || max_live(tape, opts, &plan)),
                     greek_stderr: opts.greek_stderr,
                 },
             )?;
@@ -476,6 +491,17 @@ mod tests {
         }
     }
 
+    /// The `__launch_bounds__` arguments of `tape`'s CUDA kernel in `mode`, with the options
+    /// `f` sets.
+    fn launch_bounds(tape: &Verified, mode: Mode, f: &dyn Fn(&mut CompileOptions)) -> String {
+        let mut o = CompileOptions::new(Target::Cuda);
+        o.mode = mode;
+        f(&mut o);
+        let src = compile(tape, &o).unwrap().source;
+        let (_, rest) = src.split_once("__launch_bounds__(").expect("launch bounds");
+        rest.split_once(')').unwrap().0.to_string()
+    }
+
     #[test]
     fn f32_register_checkpointed_cuda_kernels_get_launch_bounds_by_default() {
         let asian = {
@@ -483,11 +509,7 @@ mod tests {
             verified(&record(p, &Options::defaults(p), &Market::default()).unwrap())
         };
         let bounds = |tape: &Verified, f: &dyn Fn(&mut CompileOptions)| {
-            let mut o = CompileOptions::new(Target::Cuda);
-            f(&mut o);
-            let src = compile(tape, &o).unwrap().source;
-            let (_, rest) = src.split_once("__launch_bounds__(").expect("launch bounds");
-            rest.split_once(')').unwrap().0.to_string()
+            launch_bounds(tape, Mode::Reverse, f)
         };
         assert_eq!(bounds(&asian, &|_| {}), "128, 4");
         assert_eq!(bounds(&asian, &|o| o.min_blocks = Some(6)), "128, 6");
@@ -519,11 +541,7 @@ mod tests {
             o.mode = mode;
             let k = compile(&t, &o).unwrap();
             assert_eq!(k.manifest.mode, mode);
-            let mut settings = insta::Settings::clone_current();
-            settings.set_snapshot_path("../../snapshots/cpu");
-            settings.set_prepend_module_to_snapshot(false);
-            settings.set_omit_expression(true);
-            settings.bind(|| insta::assert_snapshot!(name, k.source));
+            crate::emit::snapshots::snapshot(Target::Cpu, name, &k.source);
         }
     }
 
@@ -562,27 +580,12 @@ mod tests {
     #[test]
     fn f32_cuda_forward_kernels_that_just_miss_four_workgroups_are_bounded_to_three() {
         let bounds = |tape: &Verified, f: &dyn Fn(&mut CompileOptions)| {
-            let mut o = CompileOptions::new(Target::Cuda);
-            o.mode = Mode::Forward;
-            f(&mut o);
-            let src = compile(tape, &o).unwrap().source;
-            let (_, rest) = src.split_once("__launch_bounds__(").expect("launch bounds");
-            rest.split_once(')').unwrap().0.to_string()
+            launch_bounds(tape, Mode::Forward, f)
         };
         let live = |tape: &Verified| {
             let mut o = CompileOptions::new(Target::Cuda);
             o.mode = Mode::Forward;
-            let plan = compile(tape, &o).unwrap().plan;
-            let schedule = crate::schedule::Schedule::build(
-                tape,
-                &plan,
-                crate::schedule::ScheduleOptions {
-                    mode: Mode::Forward,
-                    opaque_math: crate::passes::opaque_math_arguments(Target::Cuda),
-                    greek_stderr: o.greek_stderr,
-                },
-            );
-            crate::schedule::maxlive::max_live(&schedule, tape.len())
+            max_live(tape, &o, &compile(tape, &o).unwrap().plan)
         };
         // 12 buckets fit three workgroups without a hint, 24 need it, 36 spill with it.
         let (b12, b24, b36) = (bucketed_asian(12), bucketed_asian(24), bucketed_asian(36));

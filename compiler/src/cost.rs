@@ -16,7 +16,7 @@ use crate::emit::{Mode, Target};
 use crate::ops::{Acc, Arith, Expr, Rule, Step};
 use crate::plan::SegmentOptions;
 use crate::schedule::maxlive::{max_live, storage_and_spills};
-use crate::schedule::{Def, Schedule, ScheduleOptions, Stmt};
+use crate::schedule::{Def, Schedule, Stmt};
 use crate::verify::Verified;
 
 /// One kernel's work per path, counted on its schedule.
@@ -211,9 +211,11 @@ impl CostModel {
 /// it picks the measured fastest of forward and reverse, and of plain and checkpointed reverse.
 /// Spills are priced per access (`Work::spill_traffic`): the earlier per-value weight chose
 /// reverse for the 52-bucket tape, whose checkpointed kernel reloads its spilled adjoints in
-/// segment after segment, where forward measured 1.40 times faster. Known miss (BENCHMARKS.md,
-/// 2026-12-05, on an H100): the 24-bucket tape, where forward at 226 registers loses half its
-/// resident workgroups and reverse measured 1.37 times faster; the model has no occupancy step.
+/// segment after segment, where forward measured 1.40 times faster. The model has no occupancy
+/// step: the 24-bucket tape's forward kernel at 226 registers (two resident workgroups) was a
+/// miss on an H100 (reverse 1.21-1.37x faster, BENCHMARKS.md 2026-12-05) until
+/// `compile::FORWARD_MIN_BLOCKS` bounded it to 168 (forward 1.22x faster, 2026-12-06); and it
+/// is why wide reverse kernels keep their launch bounds (see `compile::DEFAULT_MIN_BLOCKS`).
 pub const H200: CostModel = CostModel {
     name: "H200 (CUDA f32, 2026-12-05 fit of the 2026-12-04 times)",
     fitted: true,
@@ -416,18 +418,10 @@ pub fn fused_markets(
 
 /// The segment count and work of the kernel `opts` compiles `tape` to under `plan`.
 fn kernel_work(tape: &Verified, plan: &crate::plan::Plan, opts: &CompileOptions) -> (u32, Work) {
-    let schedule = Schedule::build(
-        tape,
-        plan,
-        ScheduleOptions {
-            mode: opts.mode,
-            opaque_math: crate::passes::opaque_math_arguments(opts.target),
-            greek_stderr: opts.greek_stderr,
-        },
-    );
+    let schedule = Schedule::build(tape, plan, opts.schedule_options());
     let registers = match opts.target {
         Target::Cpu => u32::MAX,
-        _ => registers(tape, opts, plan),
+        _ => registers(opts, plan, || max_live(&schedule, tape.len())),
     };
     (
         schedule.segments as u32,
@@ -438,8 +432,12 @@ fn kernel_work(tape: &Verified, plan: &crate::plan::Plan, opts: &CompileOptions)
 /// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA
 /// thread addresses), or what a launch-bounds hint leaves (65536 per multiprocessor shared by
 /// `min_blocks` workgroups).
-fn registers(tape: &Verified, opts: &CompileOptions, plan: &crate::plan::Plan) -> u32 {
-    match min_blocks(tape, opts, plan) {
+fn registers(
+    opts: &CompileOptions,
+    plan: &crate::plan::Plan,
+    max_live: impl FnOnce() -> u32,
+) -> u32 {
+    match min_blocks(opts, plan, max_live) {
         Some(n) if n > 0 => (65536 / opts.workgroup_size.saturating_mul(n).max(1)).min(255),
         _ => 255,
     }
@@ -491,6 +489,7 @@ mod tests {
     use super::*;
     use crate::format::read_text;
     use crate::schedule::maxlive::spill_traffic;
+    use crate::schedule::ScheduleOptions;
     use crate::verify::verify;
 
     fn tape(text: &str) -> Verified {

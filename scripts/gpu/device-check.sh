@@ -117,7 +117,7 @@ if [ "${SKIP_SUITE:-0}" != 1 ]; then
     fi
   done
   # One test process a backend; cuda and opencl side by side, vulkan after them on its own
-  # (beside the other two it made no progress in 400 s; alone, on one thread, it takes ~25 s).
+  # (beside the other two it made no progress in 400 s; alone, on one thread, it took 24-46 s).
   suite() { # backend
     local req=0; [ "$1" = cuda ] && req=1
     # Vulkan on one test thread: with 8 (2026-12-05 19:00, H100) the NVIDIA driver made no

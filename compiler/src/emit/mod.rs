@@ -53,7 +53,7 @@ mod fill;
 mod skeleton;
 
 #[cfg(test)]
-mod snapshots;
+pub(crate) mod snapshots;
 
 /// The manifest is the kernel ABI's contract (crate `nablac-abi`); the emitters fill it.
 pub use nablac_abi::manifest;

@@ -15,11 +15,13 @@ fn target_dir(target: Target) -> &'static str {
     match target {
         Target::Cuda => "../../../snapshots/cuda",
         Target::Opencl => "../../../snapshots/opencl",
-        _ => "../../../snapshots/glsl",
+        Target::Glsl => "../../../snapshots/glsl",
+        Target::Cpu => "../../../snapshots/cpu",
     }
 }
 
-fn snapshot(target: Target, name: &str, text: &str) {
+/// Asserts `text` against `snapshots/<target>/<name>.snap` (the CPU target's CLIF included).
+pub(crate) fn snapshot(target: Target, name: &str, text: &str) {
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(target_dir(target));
     settings.set_prepend_module_to_snapshot(false);
