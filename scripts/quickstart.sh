@@ -5,13 +5,34 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "error: cargo not found: install Rust (rustup.rs) first" >&2; exit 1; }
-# The binary's LLVM CPU back end builds against LLVM 14 (.cargo/config.toml points llvm-sys at it).
-if [ ! -x /usr/lib/llvm-14/bin/llvm-config ] || [ ! -e /usr/lib/llvm-14/lib/libPolly.a ]; then
-  echo "error: LLVM 14 not found: apt-get install llvm-14-dev libpolly-14-dev (or build without it:" \
-    "cargo build --release -p nablac-cli --no-default-features)" >&2
-  exit 1
+# The binary's LLVM CPU back end builds against LLVM 14 and libPolly (.cargo/config.toml points
+# llvm-sys at /usr/lib/llvm-14). Missing, they are installed through apt where we are root or have
+# sudo (as the test command does); where we cannot, the binary is built without LLVM (the
+# Cranelift CPU back end only: the same results, scalar code) and we say so.
+have_llvm() { [ -x /usr/lib/llvm-14/bin/llvm-config ] && [ -e /usr/lib/llvm-14/lib/libPolly.a ]; }
+features=()
+if ! have_llvm; then
+  sudo=()
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo=(sudo); fi
+  if [ "$(id -u)" = 0 ] || [ ${#sudo[@]} -gt 0 ]; then
+    if command -v apt-get >/dev/null; then
+      echo "quickstart: installing LLVM 14 (llvm-14-dev libpolly-14-dev) through apt" >&2
+      export DEBIAN_FRONTEND=noninteractive
+      "${sudo[@]}" apt-get install -y -qq --no-install-recommends llvm-14-dev libpolly-14-dev \
+        || { "${sudo[@]}" apt-get update -qq \
+             && "${sudo[@]}" apt-get install -y -qq --no-install-recommends llvm-14-dev libpolly-14-dev; } \
+        || true
+    fi
+  fi
+  if ! have_llvm; then
+    echo "quickstart: LLVM 14 with libPolly is not installed and cannot be installed here" \
+      "(not root, no sudo, or no apt): building nablac without it, with the Cranelift CPU back end" \
+      "only (scalar code, the same results). For the vectorised LLVM back end:" \
+      "apt-get install llvm-14-dev libpolly-14-dev, then run this again." >&2
+    features=(--no-default-features)
+  fi
 fi
-cargo build --release --locked -p nablac-cli
+cargo build --release --locked -p nablac-cli "${features[@]}"
 nablac=target/release/nablac
 mkdir -p out
 $nablac record asian --steps 252 -o out/asian252.bin

@@ -1882,3 +1882,142 @@ fn the_table_prints_each_estimate_to_its_error_s_second_digit() {
     }
     assert_eq!(rows, 6, "{table}");
 }
+
+/// Issue 26's small findings of a first hour, each as a new user met it.
+#[test]
+fn a_new_user_s_first_hour() {
+    let dir = scratch("first-hour");
+    ok(&["record", "european", "-o", "e.ntape"], &dir);
+
+    // Whole numbers in scientific notation: exactly the run of the digits.
+    let j = |args: &[&str]| -> Value {
+        serde_json::from_str(&ok(args, &dir)).expect("the report is JSON")
+    };
+    let sci = j(&[
+        "run", "e.ntape", "--paths", "4e3", "--seed", "1e1", "--json",
+    ]);
+    let digits = j(&[
+        "run", "e.ntape", "--paths", "4000", "--seed", "10", "--json",
+    ]);
+    assert_eq!(sci["paths"], 4000);
+    assert_eq!(sci["seed"], 10);
+    assert_eq!(results(&sci), results(&digits));
+    for bad in ["1.25e1", "1e-3", "2.5"] {
+        let e = fails(&["run", "e.ntape", "--paths", bad], &dir, 1);
+        assert!(e.contains("not a whole number"), "{bad}: {e}");
+    }
+    assert!(fails(&["run", "e.ntape", "--paths", "1e19"], &dir, 1).contains("2^63 - 1"));
+
+    // JSON: one line when piped, objects in the tape's order (not sorted by name).
+    let line = ok(&["run", "e.ntape", "--paths", "2000", "--json"], &dir);
+    assert_eq!(line.trim_end().lines().count(), 1, "{line}");
+    let order = |text: &str, keys: &[&str]| {
+        let at: Vec<usize> = keys
+            .iter()
+            .map(|k| text.find(&format!("\"{k}\":")).expect(k))
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{keys:?} in {text}");
+    };
+    let market = &line[line.find("\"market\"").unwrap()..];
+    order(market, &["spot", "strike", "vol", "rate", "maturity"]);
+    let greeks = &line[line.find("\"greeks\"").unwrap()..];
+    order(greeks, &["spot", "strike", "vol", "rate", "maturity"]);
+
+    // A one-market ladder over a range would drop TO: refused, with the two ways out.
+    let e = fails(&["run", "e.ntape", "--ladder", "spot=80:120:1"], &dir, 1);
+    assert!(
+        e.contains("COUNT 1 is one market") && e.contains("--market spot=80"),
+        "{e}"
+    );
+
+    // An empty file is called empty, not a kernel without its manifest.
+    std::fs::write(dir.join("empty.ntape"), "").unwrap();
+    let e = fails(&["run", "empty.ntape"], &dir, 1);
+    assert!(e.contains("empty.ntape is empty"), "{e}");
+    assert!(!e.contains("manifest"), "{e}");
+
+    // A missing driver's cause is printed once.
+    if std::env::var_os("NABLAC_REQUIRE_CUDA").is_none() {
+        let out = nablac(
+            &["run", "e.ntape", "--target", "cuda", "--paths", "1024"],
+            &dir,
+        );
+        if !out.status.success() {
+            let e = String::from_utf8_lossy(&out.stderr);
+            let lines: Vec<&str> = e.lines().collect();
+            for (k, l) in lines.iter().enumerate() {
+                let body = l
+                    .trim_start_matches("  caused by: ")
+                    .trim_start_matches("error: ");
+                assert!(
+                    !lines[k + 1..]
+                        .iter()
+                        .any(|m| m.ends_with(body) && !body.is_empty()),
+                    "printed twice: {body}\n{e}"
+                );
+            }
+        }
+    }
+
+    // --plot says where it wrote; the ladder table gives every Greek its error and wraps its
+    // columns at the width it is given, repeating the laddered input.
+    let out = Command::new(env!("CARGO_BIN_EXE_nablac"))
+        .args([
+            "run",
+            "e.ntape",
+            "--paths",
+            "4096",
+            "--ladder",
+            "spot=80:120:3",
+        ])
+        .args(["--plot", "l.svg"])
+        .env("COLUMNS", "60")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("wrote l.svg (each output's value and d/dspot against spot)"),
+        "{err}"
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().skip(1).collect();
+    assert!(lines.iter().all(|l| l.chars().count() <= 60), "{table}");
+    let blocks: Vec<&[&str]> = lines.split(|l| l.is_empty()).collect();
+    assert!(blocks.len() >= 2, "{table}");
+    for b in &blocks {
+        assert!(b[0].trim_start().starts_with("spot"), "{table}");
+        assert_eq!(b.len(), 4, "a head and three markets: {table}");
+    }
+    assert_eq!(
+        table.matches(" ± ").count(),
+        3 * 6,
+        "value and 5 Greeks, 3 markets: {table}"
+    );
+
+    // A full standard error or output is an error (exit 1), never a panic (exit 101).
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    if let Ok(full) = full {
+        let out = Command::new(env!("CARGO_BIN_EXE_nablac"))
+            .args(["run", "missing.ntape"])
+            .current_dir(&dir)
+            .stderr(full.try_clone().unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let out = Command::new(env!("CARGO_BIN_EXE_nablac"))
+            .args(["inspect", "e.ntape"])
+            .current_dir(&dir)
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the report"));
+    }
+}

@@ -58,8 +58,15 @@ pub enum GpuError {
     #[error("invalid launch: {0}")]
     Launch(String),
     /// The group partials did not form valid partial sums.
+    /// Not a `#[from]`/source: the message holds it, so a cause chain prints it once.
     #[error("partial sums: {0}")]
-    Report(#[from] ReportError),
+    Report(ReportError),
+}
+
+impl From<ReportError> for GpuError {
+    fn from(e: ReportError) -> Self {
+        GpuError::Report(e)
+    }
 }
 
 /// The line of a compiler's log that a `GpuError::Compile` quotes: the first that says "error"

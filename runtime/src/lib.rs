@@ -61,15 +61,24 @@ pub enum RuntimeError {
     Run(String),
     #[error("market {market}: {problem}")]
     Market { market: usize, problem: String },
+    /// Not a `#[from]`/source: the message holds it, so a cause chain prints it once.
     #[error("sums: {0}")]
-    Report(#[from] ReportError),
-    #[error("{0}")]
+    Report(ReportError),
+    // Transparent: the GPU error is the message, once (with `{0}` and a source it printed twice
+    // in a cause chain).
+    #[error(transparent)]
     Gpu(#[from] gpu::GpuError),
     #[error("the kernel was loaded by the {kernel} backend, not by {backend}")]
     WrongBackend {
         kernel: &'static str,
         backend: &'static str,
     },
+}
+
+impl From<ReportError> for RuntimeError {
+    fn from(e: ReportError) -> Self {
+        RuntimeError::Report(e)
+    }
 }
 
 /// How far a run has got: reported after every chunk (from worker threads).

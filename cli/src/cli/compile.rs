@@ -223,7 +223,7 @@ pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
             checkpointed,
             manifest: &k.manifest,
         };
-        super::print_report(&serde_json::to_string_pretty(&j)?, stdout_taken);
+        super::print_report(&super::json_text(&j, stdout_taken)?, stdout_taken)?;
         return Ok(());
     }
     let shape = if checkpointed {
@@ -238,7 +238,7 @@ pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
         Some(m) => format!(" and {}", shown(m, "<stdout>")),
         None => " (no manifest: --manifest PATH writes one)".to_string(),
     };
-    eprintln!(
+    note!(
         "wrote {} ({} {} kernel, {shape}){manifest_said}",
         shown(out, "<stdout>"),
         k.manifest.target.name(),

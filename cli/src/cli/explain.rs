@@ -89,13 +89,13 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
         }
         let tape = super::load_tape(&args.tape.tape)?;
         let text = if args.json {
-            serde_json::to_string_pretty(&nablac::passes::explain_forward(&tape))?
+            super::json_text(&nablac::passes::explain_forward(&tape), false)?
         } else {
             nablac::passes::explain_forward_text(&tape)
                 .trim_end()
                 .to_string()
         };
-        super::print_report(&text, false);
+        super::print_report(&text, false)?;
         return Ok(());
     }
     if let Some(p) = &args.plot {
@@ -119,17 +119,21 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
     let plan = nablac::passes::plan(&tape, &opts);
     let explain = nablac::passes::explain(&tape, &plan);
     let plot_on_stdout = match &args.plot {
-        Some(path) => super::write_svg(path, &nablac::passes::explain_svg(&tape, &plan))?,
+        Some(path) => super::write_svg(
+            path,
+            &nablac::passes::explain_svg(&tape, &plan),
+            "the plot of live values and cuts along the tape",
+        )?,
         None => false,
     };
     let text = if args.json {
-        serde_json::to_string_pretty(&explain)?
+        super::json_text(&explain, plot_on_stdout)?
     } else {
         nablac::passes::explain_text(&tape, &plan)
             .trim_end()
             .to_string()
     };
-    super::print_report(&text, plot_on_stdout);
+    super::print_report(&text, plot_on_stdout)?;
     Ok(())
 }
 
@@ -168,7 +172,7 @@ fn auto(args: &ExplainArgs, given: &Given) -> Result<()> {
     }
     let choice = nablac::cost::choose(&tape, &base)?;
     let text = if args.json {
-        serde_json::to_string_pretty(&choice)?
+        super::json_text(&choice, false)?
     } else {
         let mut t = nablac::cost::choice_text(&choice).trim_end().to_string();
         if target == nablac::emit::Target::Cpu {
@@ -178,7 +182,7 @@ fn auto(args: &ExplainArgs, given: &Given) -> Result<()> {
         }
         t
     };
-    super::print_report(&text, false);
+    super::print_report(&text, false)?;
     Ok(())
 }
 

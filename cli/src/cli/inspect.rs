@@ -55,32 +55,34 @@ pub fn summarize(v: &Verified) -> Summary {
 }
 
 pub fn run(args: &InspectArgs) -> Result<()> {
+    use std::fmt::Write as _;
     let tape = super::load_tape(&args.tape.tape)?;
     let s = summarize(&tape);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(());
+        return super::print_report(&super::json_text(&s, false)?, false);
     }
-    println!("tape      {}", super::shown(&args.tape.tape, "<stdin>"));
-    println!("nodes     {} ({} active)", s.nodes, s.active);
+    let mut t = String::new();
     let inputs: Vec<String> = tape
         .inputs
         .iter()
         .map(|i| format!("{}={:?}", i.name, i.value))
         .collect();
-    println!("inputs    {}", inputs.join(" "));
-    println!("outputs   {}", s.outputs.join(" "));
-    println!("draws     {}", s.draws);
-    println!(
+    writeln!(t, "tape      {}", super::shown(&args.tape.tape, "<stdin>"))?;
+    writeln!(t, "nodes     {} ({} active)", s.nodes, s.active)?;
+    writeln!(t, "inputs    {}", inputs.join(" "))?;
+    writeln!(t, "outputs   {}", s.outputs.join(" "))?;
+    writeln!(t, "draws     {}", s.draws)?;
+    writeln!(
+        t,
         "max live  {} values alive at once in a plain adjoint kernel, {} in a price-only sweep",
         s.max_live, s.max_live_forward
-    );
-    println!("hash      {}", s.hash);
-    println!("ops");
+    )?;
+    writeln!(t, "hash      {}", s.hash)?;
+    write!(t, "ops")?;
     for op in Op::ALL {
         if let Some(n) = s.ops.get(op.name()) {
-            println!("  {:<8} {n}", op.name());
+            write!(t, "\n  {:<8} {n}", op.name())?;
         }
     }
-    Ok(())
+    super::print_report(&t, false)
 }

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 pub const MAX_LADDER_MARKETS: usize = 100_000;
 
 /// One `--ladder NAME=FROM:TO:COUNT`: COUNT values of NAME evenly from FROM to TO (both
-/// included; COUNT 1 is FROM alone).
+/// included; COUNT 1 only where FROM = TO: one market cannot span a range).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LadderArg {
     pub name: String,
@@ -53,22 +53,28 @@ pub fn parse_ladder(s: &str) -> Result<LadderArg, String> {
             Err(format!("{what} '{t}' is not finite (in '{s}')"))
         }
     };
-    let count: u32 = count
-        .trim()
-        .parse()
+    let count = super::number::whole(count, u64::from(u32::MAX))
         .ok()
         .filter(|&c| c >= 1)
         .ok_or_else(|| {
             format!("COUNT '{count}' must be a whole number of markets, at least 1 (in '{s}')")
-        })?;
+        })? as u32;
     let name = name.trim();
     if name.is_empty() {
         return Err(shape());
     }
+    let (from, to) = (number(from, "FROM")?, number(to, "TO")?);
+    // One market cannot span a range: FROM:TO:1 would silently drop TO.
+    if count == 1 && from != to {
+        return Err(format!(
+            "COUNT 1 is one market, but FROM {from} and TO {to} differ (in '{s}'): give COUNT 2 \
+             or more for a range, or FROM = TO for one value (or --market {name}={from})"
+        ));
+    }
     Ok(LadderArg {
         name: name.to_string(),
-        from: number(from, "FROM")?,
-        to: number(to, "TO")?,
+        from,
+        to,
         count,
     })
 }
@@ -310,7 +316,13 @@ mod tests {
     fn a_ladder_spans_its_range_and_a_grid_nests_the_first_outermost() {
         let l = parse_ladder("spot=80:120:5").unwrap();
         assert_eq!(l.values(), vec![80.0, 90.0, 100.0, 110.0, 120.0]);
-        assert_eq!(parse_ladder("vol=0.2:9:1").unwrap().values(), vec![0.2]);
+        assert_eq!(parse_ladder("vol=0.2:0.2:1").unwrap().values(), vec![0.2]);
+        assert_eq!(parse_ladder("spot=80:120:1e1").unwrap().count, 10);
+        let one = parse_ladder("vol=0.2:9:1").unwrap_err();
+        assert!(
+            one.contains("COUNT 1 is one market") && one.contains("--market vol=0.2"),
+            "{one}"
+        );
         for bad in [
             "spot",
             "spot=1:2",

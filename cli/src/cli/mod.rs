@@ -9,6 +9,16 @@
 //! - an option that the target, the kernel or the product cannot honour is an error
 //!   (`honour.rs`), never silently ignored.
 
+/// `eprintln!` that never panics: a message to standard error, dropped if it cannot be written
+/// (a full or closed standard error must not turn an error into a panic; the exit status still
+/// says how the command went).
+macro_rules! note {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod compile;
 mod explain;
 mod honour;
@@ -39,6 +49,8 @@ Environment:
   NABLAC_GLSLANG         the glslangValidator to compile Vulkan kernels with
                          [default: glslangValidator, looked up in PATH]
   PATH                   where glslangValidator is looked up
+  COLUMNS                how wide `run --ladder`'s table may be before its columns wrap
+                         [default: the terminal's width, else 100]
   NO_COLOR, CLICOLOR, CLICOLOR_FORCE, TERM, COLORTERM, LANG
                          colours and characters of help, errors and the progress bar
 The drivers nablac loads read their own (LD_LIBRARY_PATH, OCL_ICD_VENDORS, VK_ICD_FILENAMES...).";
@@ -185,9 +197,9 @@ fn expand_short_form(mut argv: Vec<OsString>, cmd: &clap::Command) -> Result<Vec
 }
 
 fn report_error(e: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {e}");
+    note!("error: {e}");
     for cause in e.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
+        note!("  caused by: {cause}");
     }
     ExitCode::FAILURE
 }
@@ -406,8 +418,9 @@ pub fn check_svg_name(p: &Path) -> anyhow::Result<()> {
 }
 
 /// Writes a `--plot` SVG to `path` (staged: nothing half-written) or to standard output for
-/// `-`; returns whether standard output now carries it (the report then goes to standard error).
-pub fn write_svg(path: &Path, svg: &str) -> anyhow::Result<bool> {
+/// `-`, and says so on standard error (`wrote PATH (what)`) when it went to a file; returns
+/// whether standard output now carries it (the report then goes to standard error).
+pub fn write_svg(path: &Path, svg: &str, what: &str) -> anyhow::Result<bool> {
     if is_stdio(path) {
         output::write_stdout(svg.as_bytes())?;
         return Ok(true);
@@ -415,6 +428,7 @@ pub fn write_svg(path: &Path, svg: &str) -> anyhow::Result<bool> {
     let mut out = output::Staged::new();
     out.write(path, svg.as_bytes())?;
     out.commit()?;
+    note!("wrote {} ({what})", path.display());
     Ok(false)
 }
 
@@ -463,13 +477,35 @@ pub fn load_tape(path: &Path) -> Result<nablac::verify::Verified> {
 }
 
 /// Prints a subcommand's report: on standard output, or on standard error when standard output
-/// carries the data the command wrote (`-o -` and the like).
-pub fn print_report(text: &str, stdout_taken: bool) {
-    if stdout_taken {
-        eprintln!("{text}");
+/// carries the data the command wrote (`-o -` and the like). A stream that cannot be written (a
+/// full disk, a closed pipe) is an error, not a panic.
+pub fn print_report(text: &str, stdout_taken: bool) -> Result<()> {
+    use std::io::Write;
+    let line = format!("{text}\n");
+    let written = if stdout_taken {
+        std::io::stderr().lock().write_all(line.as_bytes())
     } else {
-        println!("{text}");
-    }
+        let mut out = std::io::stdout().lock();
+        out.write_all(line.as_bytes()).and_then(|()| out.flush())
+    };
+    written.context("cannot write the report")
+}
+
+/// A JSON report as text for the stream it goes to (standard error when `stdout_taken`):
+/// indented for a person when that stream is a terminal, else compact on one line, like
+/// `gh --json`. One line is what `jq` and other programs read as well, and reports appended to
+/// a file then form JSON Lines (one run a line) with no flag to remember.
+pub fn json_text<T: serde::Serialize>(value: &T, stdout_taken: bool) -> Result<String> {
+    let terminal = if stdout_taken {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    Ok(if terminal {
+        serde_json::to_string_pretty(value)?
+    } else {
+        serde_json::to_string(value)?
+    })
 }
 
 /// The input file, shared by the subcommands that read a tape.

@@ -80,9 +80,96 @@ pub fn estimate(value: f64, error: f64) -> (String, String) {
     (format!("{value:.digits$e}"), format!("{error:.1e}"))
 }
 
+/// A whole number as a user writes it on the command line: digits (`1000000`, `1_000_000`) or
+/// decimal scientific notation that names an integer exactly (`1e6`, `2.5e3`); refused with the
+/// reason otherwise (`1.5`, `1e-3`, `1e30` past `max`). Exact: `1.0000000000000000001e19` is
+/// 10000000000000000001, read as decimal digits, never through an f64.
+pub fn whole(s: &str, max: u64) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(i) => (&t[..i], &t[i + 1..]),
+        None => (t.as_str(), "0"),
+    };
+    let exp: i64 = exp
+        .strip_prefix('+')
+        .unwrap_or(exp)
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return Err(format!("'{s}' is not a whole number"));
+    }
+    // digits * 10^(exp - frac.len()), with trailing zeros of the fraction dropped first.
+    let frac = frac.trim_end_matches('0');
+    let digits = format!("{int}{frac}");
+    let shift = exp - frac.len() as i64;
+    let too_big = || format!("'{s}' is more than {max}");
+    let mut n: u128 = 0;
+    for b in digits.bytes() {
+        n = n * 10 + u128::from(b - b'0');
+        if n > u128::from(u64::MAX) {
+            return Err(too_big());
+        }
+    }
+    if shift < 0 {
+        let unit = 10u128.checked_pow((-shift) as u32).unwrap_or(u128::MAX);
+        if !n.is_multiple_of(unit) || unit == u128::MAX && n != 0 {
+            return Err(format!("'{s}' is not a whole number"));
+        }
+        n /= unit;
+    } else if n != 0 {
+        for _ in 0..shift {
+            n *= 10;
+            if n > u128::from(max) {
+                return Err(too_big());
+            }
+        }
+    }
+    u64::try_from(n)
+        .ok()
+        .filter(|&v| v <= max)
+        .ok_or_else(too_big)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_numbers_read_in_scientific_notation_when_exact() {
+        let w = |s| whole(s, u64::MAX);
+        assert_eq!(w("1000000"), Ok(1_000_000));
+        assert_eq!(w("1_000_000"), Ok(1_000_000));
+        assert_eq!(w("1e6"), Ok(1_000_000));
+        assert_eq!(w("1E6"), Ok(1_000_000));
+        assert_eq!(w("2.5e3"), Ok(2500));
+        assert_eq!(w("1.50e1"), Ok(15));
+        assert_eq!(w("1e+2"), Ok(100));
+        assert_eq!(w("0"), Ok(0));
+        assert_eq!(w("0e400"), Ok(0));
+        assert_eq!(w("100e-2"), Ok(1));
+        assert_eq!(w("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(
+            w("1.0000000000000000001e19"),
+            Ok(10_000_000_000_000_000_001)
+        );
+        for bad in [
+            "1.5", "1e-3", "-1", "e6", "1e", "1e6.0", "", "one", "1.2.3", "0x10", "inf",
+        ] {
+            assert!(w(bad).unwrap_err().contains("not a whole number"), "{bad}");
+        }
+        assert!(w("1e20").unwrap_err().contains("more than"));
+        assert!(w("18446744073709551616").unwrap_err().contains("more than"));
+        assert_eq!(
+            whole("9.223372036854775807e18", i64::MAX as u64),
+            Ok(i64::MAX as u64)
+        );
+        assert!(whole("1e19", i64::MAX as u64)
+            .unwrap_err()
+            .contains("more than"));
+    }
 
     #[test]
     fn an_estimate_is_printed_to_its_error_s_second_digit() {

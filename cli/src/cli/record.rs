@@ -255,10 +255,10 @@ pub fn run(args: &RecordArgs, given: &Given) -> Result<()> {
             draws: tape.n_draws,
             hash: nablac::format::content_hash(&tape),
         };
-        super::print_report(&serde_json::to_string_pretty(&j)?, to_stdout);
+        super::print_report(&super::json_text(&j, to_stdout)?, to_stdout)?;
         return Ok(());
     }
-    eprintln!(
+    note!(
         "recorded {} ({} nodes, {} inputs, {} draws) to {}",
         product.name(),
         tape.len(),

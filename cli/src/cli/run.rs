@@ -7,7 +7,6 @@ use nablac::compile::CpuBackend;
 use nablac::emit::{Manifest, Target};
 use nablac_runtime::{Backend, Progress, Report, RunOptions};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -24,11 +23,11 @@ pub struct RunArgs {
     /// A kernel's manifest [default: KERNEL.json].
     #[arg(long, value_name = "PATH")]
     manifest: Option<PathBuf>,
-    /// Monte Carlo paths (1 ..= 2^63 - 1).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    /// Monte Carlo paths (1 ..= 2^63 - 1; `1e6` and `1_000_000` read as 1000000).
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, value_parser = whole_u64)]
     paths: u64,
-    /// Seed of the Philox generator.
-    #[arg(long, value_name = "S", default_value_t = 42)]
+    /// Seed of the Philox generator (0 ..= 2^64 - 1).
+    #[arg(long, value_name = "S", default_value_t = 42, value_parser = whole_u64)]
     seed: u64,
     /// Run at another value of an input, e.g. --market spot=105 (repeatable).
     #[arg(long = "market", value_name = "NAME=VALUE", value_parser = super::parse_market)]
@@ -88,16 +87,37 @@ impl From<CpuBackendArg> for CpuBackend {
     }
 }
 
+/// A JSON object whose keys keep the tape's order (inputs, outputs), where a `BTreeMap` would
+/// sort them by name: a quant reads `spot, strike, vol, rate, maturity` as recorded.
+struct Ordered<T>(Vec<(String, T)>);
+
+impl<T: Serialize> Serialize for Ordered<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<T> FromIterator<(String, T)> for Ordered<T> {
+    fn from_iter<I: IntoIterator<Item = (String, T)>>(iter: I) -> Self {
+        Ordered(iter.into_iter().collect())
+    }
+}
+
 #[derive(Serialize)]
 struct JsonOutput {
     value: f64,
     stderr: f64,
     /// Paths left out of this output's sums: their value or a Greek was NaN or infinite.
     non_finite: u64,
-    greeks: BTreeMap<String, f64>,
+    greeks: Ordered<f64>,
     /// Each Greek's standard error; absent when the kernel was compiled without them.
     #[serde(skip_serializing_if = "Option::is_none")]
-    greek_stderr: Option<BTreeMap<String, f64>>,
+    greek_stderr: Option<Ordered<f64>>,
 }
 
 #[derive(Serialize)]
@@ -109,20 +129,22 @@ struct JsonReport<'a> {
     paths: u64,
     seed: u64,
     /// Every input's value in this run (the tape's recorded values, as --market changed them).
-    market: BTreeMap<String, f64>,
+    market: Ordered<f64>,
     /// SHA-256 of the tape's canonical binary form (the manifest's `tape_hash`).
     tape_hash: &'a str,
     /// SHA-256 of the kernel source and its manifest (the manifest's `fingerprint`).
     kernel_hash: &'a str,
     /// Whether the driver's compiled kernel came from the cache (null on the cpu, which has none).
     cache_hit: Option<bool>,
-    outputs: BTreeMap<String, JsonOutput>,
+    outputs: Ordered<JsonOutput>,
     timings: Timings,
 }
 
 /// What a report is printed with: the run's context.
 struct RunContext<'a> {
     manifest: &'a Manifest,
+    /// The report goes to standard error (`--plot -` took standard output).
+    stdout_taken: bool,
     device: String,
     market: &'a [f64],
     cache_hit: Option<bool>,
@@ -143,6 +165,11 @@ struct Timings {
     assembly: f64,
     transfer: f64,
     allocation: f64,
+}
+
+/// A count or seed: digits, or scientific notation that names a whole number (`number::whole`).
+fn whole_u64(s: &str) -> Result<u64, String> {
+    super::number::whole(s, u64::MAX)
 }
 
 /// Whether `bytes` is a tape (either form) rather than kernel source: the binary magic, or a
@@ -186,6 +213,12 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     }
     let name = super::shown(&args.input, "<stdin>");
     let bytes = super::read_input(&args.input)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        bail!(
+            "{name} is empty: neither a tape (it would start with the NTAP magic or a \
+             `nablatape` line) nor a kernel"
+        );
+    }
     let asked = args.target.map(super::compile::target);
     let (source, manifest): (String, Manifest) = if is_tape(&bytes) {
         if let Some(m) = &args.manifest {
@@ -368,28 +401,35 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         bail!("--strict: {}", bad.join("; "));
     }
     for b in &bad {
-        eprintln!("warning: {b}");
+        note!("warning: {b}");
     }
+    // The report goes to standard output, or to standard error when `--plot -` took it.
+    let plot_on_stdout = match &args.plot {
+        Some(path) => {
+            let greek = plot_greek
+                .as_deref()
+                .map_or(String::new(), |g| format!(" and d/d{g}"));
+            super::write_svg(
+                path,
+                &super::ladder::svg(
+                    &manifest,
+                    &args.ladder,
+                    &markets,
+                    &reports,
+                    plot_greek.as_deref(),
+                )?,
+                &format!("each output's value{greek} against {}", args.ladder[0].name),
+            )?
+        }
+        None => false,
+    };
     let cx = RunContext {
         manifest: &manifest,
+        stdout_taken: plot_on_stdout,
         device: backend.describe_with(&kernel),
         market: &market,
         cache_hit,
         timings,
-    };
-    // The report goes to standard output, or to standard error when `--plot -` took it.
-    let plot_on_stdout = match &args.plot {
-        Some(path) => super::write_svg(
-            path,
-            &super::ladder::svg(
-                &manifest,
-                &args.ladder,
-                &markets,
-                &reports,
-                plot_greek.as_deref(),
-            )?,
-        )?,
-        None => false,
     };
     let mut out: Box<dyn Write> = if plot_on_stdout {
         Box::new(std::io::stderr().lock())
@@ -477,8 +517,9 @@ fn expected_seconds(
     }
 }
 
-/// A report's outputs as JSON: `{name: {value, stderr, non_finite, greeks, greek_stderr}}`.
-fn outputs_json(report: &Report, m: &Manifest) -> BTreeMap<String, JsonOutput> {
+/// A report's outputs as JSON: `{name: {value, stderr, non_finite, greeks, greek_stderr}}`, in
+/// the tape's order (outputs, and inputs within each).
+fn outputs_json(report: &Report, m: &Manifest) -> Ordered<JsonOutput> {
     report
         .outputs
         .iter()
@@ -503,8 +544,8 @@ fn outputs_json(report: &Report, m: &Manifest) -> BTreeMap<String, JsonOutput> {
         .collect()
 }
 
-/// Every input's value in `market`, by name.
-fn market_json(m: &Manifest, market: &[f64]) -> BTreeMap<String, f64> {
+/// Every input's value in `market`, by name, in the tape's order.
+fn market_json(m: &Manifest, market: &[f64]) -> Ordered<f64> {
     m.inputs
         .iter()
         .cloned()
@@ -514,8 +555,8 @@ fn market_json(m: &Manifest, market: &[f64]) -> BTreeMap<String, f64> {
 
 #[derive(Serialize)]
 struct JsonMarket {
-    market: BTreeMap<String, f64>,
-    outputs: BTreeMap<String, JsonOutput>,
+    market: Ordered<f64>,
+    outputs: Ordered<JsonOutput>,
 }
 
 #[derive(Serialize)]
@@ -566,12 +607,12 @@ fn print_ladder_json(
             .collect(),
         timings: cx.timings,
     };
-    writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+    writeln!(out, "{}", super::json_text(&j, cx.stdout_taken)?)?;
     Ok(())
 }
 
-/// One row per market: the laddered inputs, then each output's value ± standard error and
-/// its Greeks.
+/// One row per market: the laddered inputs, then each output's value and Greeks, each with its
+/// standard error; columns past the table's width wrap into further blocks.
 fn print_ladder_table(
     out: &mut dyn Write,
     reports: &[Report],
@@ -593,41 +634,115 @@ fn print_ladder_table(
         t.run,
         args.paths as f64 * n as f64 / t.run / 1e6
     )?;
-    let mut head: Vec<String> = args
+    // Columns: the laddered inputs (the key, repeated in every block), then per output its value
+    // and each Greek, every estimate with its standard error.
+    let key: Vec<Column> = args
         .ladder
         .iter()
-        .map(|l| format!("{:>12}", l.name))
+        .filter_map(|l| {
+            let i = m.inputs.iter().position(|n| *n == l.name)?;
+            Some(Column::new(
+                l.name.clone(),
+                markets.iter().map(|mk| number::given(mk[i])).collect(),
+            ))
+        })
         .collect();
-    if let Some(r) = reports.first() {
-        for o in &r.outputs {
-            head.push(format!("{:>22} {:>10}", o.name, "± stderr"));
-            for (i, _) in &o.greeks {
-                head.push(format!("{:>22}", format!("d{}/d{i}", o.name)));
+    let cell = |v: f64, se: Option<f64>| match se {
+        Some(se) => {
+            let (v, e) = number::estimate(v, se);
+            format!("{v} ± {e}")
+        }
+        None => number::plain(v),
+    };
+    let mut data: Vec<Column> = Vec::new();
+    if let Some(first) = reports.first() {
+        for (k, o) in first.outputs.iter().enumerate() {
+            let outs = || reports.iter().map(move |r| &r.outputs[k]);
+            data.push(Column::new(
+                o.name.clone(),
+                outs().map(|o| cell(o.value, Some(o.stderr))).collect(),
+            ));
+            for (g, (input, _)) in o.greeks.iter().enumerate() {
+                data.push(Column::new(
+                    format!("d{}/d{input}", o.name),
+                    outs()
+                        .map(|o| cell(o.greeks[g].1, o.greek_stderr.get(g).copied()))
+                        .collect(),
+                ));
             }
         }
     }
-    writeln!(out, "{}", head.join(" "))?;
-    for (r, mk) in reports.iter().zip(markets) {
-        let mut row: Vec<String> = args
-            .ladder
-            .iter()
-            .filter_map(|l| m.inputs.iter().position(|n| *n == l.name))
-            .map(|i| format!("{:>12}", number::given(mk[i])))
-            .collect();
-        for o in &r.outputs {
-            let (v, e) = number::estimate(o.value, o.stderr);
-            row.push(format!("{v:>22} {e:>10}"));
-            for (k, (_, g)) in o.greeks.iter().enumerate() {
-                let g = match o.greek_stderr.get(k) {
-                    Some(&se) => number::estimate(*g, se).0,
-                    None => number::plain(*g),
-                };
-                row.push(format!("{g:>22}"));
-            }
+    let key_width: usize = key.iter().map(|c| c.width + 2).sum();
+    let width = table_width().max(key_width + 40);
+    let mut blocks: Vec<Vec<&Column>> = vec![Vec::new()];
+    let mut used = key_width;
+    for c in &data {
+        let last = blocks.last_mut().expect("one block at least");
+        if !last.is_empty() && used + c.width + 2 > width {
+            blocks.push(vec![c]);
+            used = key_width + c.width + 2;
+        } else {
+            last.push(c);
+            used += c.width + 2;
         }
-        writeln!(out, "{}", row.join(" "))?;
+    }
+    for (b, block) in blocks.iter().enumerate() {
+        if b > 0 {
+            writeln!(out)?;
+        }
+        let columns: Vec<&Column> = key.iter().chain(block.iter().copied()).collect();
+        let line = |row: &dyn Fn(&Column) -> &str| {
+            columns
+                .iter()
+                .map(|c| format!("{:>w$}", row(c), w = c.width))
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        writeln!(out, "{}", line(&|c| c.head.as_str()).trim_end())?;
+        for r in 0..n {
+            writeln!(out, "{}", line(&|c| c.cells[r].as_str()))?;
+        }
     }
     Ok(())
+}
+
+/// A column of the ladder table: its head and one cell per market, right-aligned to `width`.
+struct Column {
+    head: String,
+    cells: Vec<String>,
+    width: usize,
+}
+
+impl Column {
+    fn new(head: String, cells: Vec<String>) -> Column {
+        let width = cells
+            .iter()
+            .chain([&head])
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(0);
+        Column { head, cells, width }
+    }
+}
+
+/// How wide the ladder table may be before its columns wrap into blocks (each repeating the
+/// laddered inputs, as pandas and R print wide tables): `COLUMNS` when set, else the width of
+/// the terminal standard output is, else 100.
+fn table_width() -> usize {
+    if let Some(c) = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()) {
+        return c;
+    }
+    #[cfg(unix)]
+    {
+        // SAFETY: TIOCGWINSZ writes a `winsize` into the struct it is given, and nothing else.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        if unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0
+            && ws.ws_col > 0
+        {
+            return usize::from(ws.ws_col);
+        }
+    }
+    100
 }
 
 fn print_json(out: &mut dyn Write, report: &Report, cx: &RunContext, args: &RunArgs) -> Result<()> {
@@ -649,7 +764,7 @@ fn print_json(out: &mut dyn Write, report: &Report, cx: &RunContext, args: &RunA
     };
     // serde_json prints f64 with the shortest representation that parses back to the same bits,
     // and NaN and the infinities as null.
-    writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+    writeln!(out, "{}", super::json_text(&j, cx.stdout_taken)?)?;
     Ok(())
 }
 
