@@ -356,7 +356,7 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
 }
 
 /// One candidate of [`fused_markets`]: M markets per kernel, its work and the estimated cost of
-/// the whole ladder (`groups` launches of it).
+/// the whole ladder (`groups` launches of it, and the kernel's one compile).
 #[derive(Clone, PartialEq, Debug, serde::Serialize)]
 pub struct FusedEstimate {
     pub markets: u32,
@@ -364,13 +364,36 @@ pub struct FusedEstimate {
     pub work: Work,
     /// Estimated nanoseconds per path for the whole ladder: `groups` x the kernel's ns/path.
     pub ns_per_path: f64,
+    /// Estimated seconds to compile the kernel once ([`compile_seconds`]; 0 where no model).
+    pub compile_s: f64,
+    /// The whole ladder's estimated seconds: its paths at `ns_per_path`, plus `compile_s`.
+    pub total_s: f64,
+}
+
+/// Estimated seconds LLVM takes to optimise and compile a CPU kernel of `work` (the LLVM back
+/// end, O3, on the 2-core machine of BENCHMARKS.md, 2026-12-06): `0.095 + 1.90 * (S / 1e4)^1.24`
+/// with S = arithmetic + adjoint + tangent statements + 8 per call, power or division (the
+/// vector math each brings is inlined). Fitted on the 252-step barrier and Asian tapes fused
+/// 1..6 markets and the European, 10 kernels from 0.10 to 28 s, within 27% of each measured
+/// load (`nablac run TAPE --paths 1024 --ladder spot=80:120:M --markets M --json`, load time,
+/// `NABLAC_CACHE_DIR=off`). Superlinear: fusing M markets costs more than M compiles of one,
+/// which is what keeps a long CPU ladder from fusing whole.
+pub fn compile_seconds(target: Target, backend: crate::compile::CpuBackend, work: &Work) -> f64 {
+    if target != Target::Cpu || backend != crate::compile::CpuBackend::Llvm {
+        // Cranelift compiles in linear time, fast next to a run; GPU compile times are not yet
+        // modelled (their fusion is bounded by the spill term instead).
+        return 0.0;
+    }
+    let s = (work.ops + work.adjoint_ops + work.tangent_ops + 8 * work.heavy) as f64;
+    0.095 + 1.90 * (s / 1e4).powf(1.24)
 }
 
 /// How many markets one kernel should fuse for a ladder of `count` markets of `tape` compiled
 /// with `opts` (its mode resolved; its `ladder.varying` says which inputs vary, its
-/// `ladder.markets` is ignored): the M in 1 ..= min(count, [`MAX_MARKETS`]) whose
-/// ceil(count / M) launches cost least under the target's measured [`CostModel`], the larger M
-/// on a tie. The register budget enters through the model's spill term (values beyond a GPU
+/// `ladder.markets` is ignored), each run over `paths` paths: the M in 1 ..= min(count,
+/// [`MAX_MARKETS`]) whose ceil(count / M) launches plus the kernel's one compile
+/// ([`compile_seconds`]) cost least under the target's measured [`CostModel`], the larger M on
+/// a tie. The register budget enters through the model's spill term (values beyond a GPU
 /// thread's registers), so a GPU stops fusing where the fused kernel would spill more than the
 /// shared draws save. Without a fitted model: the largest M that spills nothing beyond what one
 /// market spills. Returns the chosen M and every candidate's estimate.
@@ -380,6 +403,7 @@ pub fn fused_markets(
     tape: &Verified,
     opts: &CompileOptions,
     count: u32,
+    paths: u64,
 ) -> Result<(u32, Vec<FusedEstimate>), CompileError> {
     check_ranges(opts)?;
     let model = CostModel::for_target(opts.target);
@@ -397,10 +421,14 @@ pub fn fused_markets(
         let t = crate::ladder::fuse(tape, &spec)?;
         let (_, work) = kernel_work(&t, &crate::passes::plan(&t, &opts.segments), opts);
         let groups = count.max(1).div_ceil(m);
+        let ns_per_path = f64::from(groups) * model.ns_per_path(&work);
+        let compile_s = compile_seconds(opts.target, opts.cpu_backend, &work);
         estimates.push(FusedEstimate {
             markets: m,
             groups,
-            ns_per_path: f64::from(groups) * model.ns_per_path(&work),
+            ns_per_path,
+            compile_s,
+            total_s: paths as f64 * ns_per_path * 1e-9 + compile_s,
             work,
         });
     }
@@ -408,7 +436,7 @@ pub fn fused_markets(
         estimates
             .iter()
             .rev()
-            .min_by(|a, b| a.ns_per_path.total_cmp(&b.ns_per_path))
+            .min_by(|a, b| a.total_s.total_cmp(&b.total_s))
     } else {
         let one = estimates[0].work.excess_live;
         estimates.iter().rev().find(|e| e.work.excess_live <= one)
@@ -625,7 +653,7 @@ output price = %5
             ..CompileOptions::new(Target::Cuda)
         };
         // A 7-market spot ladder of the price fits in registers fused: one launch.
-        let (m, est) = fused_markets(&asian, &spot(Mode::Price), 7).unwrap();
+        let (m, est) = fused_markets(&asian, &spot(Mode::Price), 7, 1 << 20).unwrap();
         assert_eq!(m, 7, "{est:?}");
         assert_eq!(est.len(), 7);
         assert!(est.iter().all(|e| e.groups == 7u32.div_ceil(e.markets)));
@@ -646,7 +674,50 @@ output price = %5
             ladder: None,
             ..CompileOptions::new(Target::Cpu)
         };
-        let (m, est) = fused_markets(&asian, &all, 3).unwrap();
+        let (m, est) = fused_markets(&asian, &all, 3, 1 << 20).unwrap();
         assert_eq!(m, 3, "{est:?}");
+    }
+
+    /// On the CPU's LLVM back end a long ladder of a long tape fuses only as far as the
+    /// superlinear compile pays: a 13-market ladder of the 252-step barrier at a million paths
+    /// does not fuse whole, and its estimated compile stays near a few single compiles, not
+    /// the 15 of a 13-market kernel (issue 26: a measured 126 s load against 8.7).
+    #[test]
+    fn a_cpu_ladder_fuses_only_as_far_as_the_compile_pays() {
+        use crate::compile::CpuBackend;
+        use crate::products::{record, Market, Options, Product};
+        let barrier = crate::verify::verify(
+            record(
+                Product::Barrier,
+                &Options {
+                    steps: 252,
+                    ..Options::defaults(Product::Barrier)
+                },
+                &Market::default(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let opts = |backend| CompileOptions {
+            mode: Mode::Reverse,
+            cpu_backend: backend,
+            ladder: Some(crate::ladder::LadderSpec {
+                markets: 1,
+                varying: vec![true, false, false, false, false],
+            }),
+            ..CompileOptions::new(Target::Cpu)
+        };
+        let (m, est) = fused_markets(&barrier, &opts(CpuBackend::Llvm), 13, 1_000_000).unwrap();
+        assert!(m < 13, "{m}: {est:?}");
+        let one = est[0].compile_s;
+        assert!(one > 1.0 && one < 10.0, "{one}");
+        assert!(est[12].compile_s > 13.0 * one, "superlinear: {est:?}");
+        assert!(est[m as usize - 1].compile_s < 5.0 * one, "{m}: {est:?}");
+        let best = est.iter().map(|e| e.total_s).fold(f64::INFINITY, f64::min);
+        assert_eq!(est[m as usize - 1].total_s, best);
+        // Cranelift's compile is not modelled (linear and short): the run alone decides.
+        let (_, est) =
+            fused_markets(&barrier, &opts(CpuBackend::Cranelift), 13, 1_000_000).unwrap();
+        assert!(est.iter().all(|e| e.compile_s == 0.0));
     }
 }

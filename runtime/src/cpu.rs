@@ -66,15 +66,21 @@ pub fn row_len(manifest: &Manifest) -> Result<usize, RuntimeError> {
     Ok(manifest.row_len())
 }
 
+/// Does `source` hold LLVM IR text (rather than CLIF)? LLVM's printer starts every module with
+/// `; ModuleID`.
+pub fn is_llvm_ir(source: &str) -> bool {
+    source.trim_start().starts_with("; ModuleID")
+}
+
 /// CLIF functions of more instructions than this get Cranelift's single-pass register
 /// allocator (linear time) instead of the backtracking one (see `compile`).
 const SINGLE_PASS_INSTS: usize = 200_000;
 
 /// Parses CLIF text holding exactly one function named `manifest.entry_point`, then [`compile`]s it;
-/// or, LLVM IR text (told apart by its first line, `crate::llvm::is_llvm_ir`), JIT-compiles it
+/// or, LLVM IR text (told apart by its first line, [`is_llvm_ir`]), JIT-compiles it
 /// through LLVM (feature `llvm`; without it such a kernel is refused, naming the feature).
 pub fn load(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
-    if source.trim_start().starts_with("; ModuleID") {
+    if is_llvm_ir(source) {
         return load_llvm(source, manifest);
     }
     check_entity_numbers(source)?;
@@ -136,13 +142,14 @@ fn check_entity_numbers(source: &str) -> Result<(), RuntimeError> {
 fn load_llvm(source: &str, manifest: &Manifest) -> Result<Compiled, RuntimeError> {
     check_cpu_target(manifest)?;
     let row = row_len(manifest)?;
-    let (jit, address) = crate::llvm::compile(source, manifest)?;
+    let (jit, address, cache_hit) = crate::llvm::compile(source, manifest)?;
     // SAFETY: `crate::llvm::compile` checked the entry point's type against the ABI; the C
     // calling convention of the LLVM function is the host's.
     let entry = unsafe { std::mem::transmute::<usize, Entry>(address) };
     Ok(Compiled {
         module: None,
         _llvm: Some(jit),
+        cache_hit: Some(cache_hit),
         entry,
         precision: manifest.precision,
         n_inputs: manifest.market_values_len(),
@@ -242,6 +249,9 @@ pub struct Compiled {
     /// it frees the code).
     #[cfg(feature = "llvm")]
     _llvm: Option<crate::llvm::Jit>,
+    /// Whether the machine code came from the kernel cache (LLVM); None for Cranelift's, which
+    /// is not cached (it compiles in linear time).
+    cache_hit: Option<bool>,
     entry: Entry,
     precision: Precision,
     n_inputs: usize,
@@ -403,6 +413,7 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
         module: Some(module),
         #[cfg(feature = "llvm")]
         _llvm: None,
+        cache_hit: None,
         entry,
         precision: manifest.precision,
         n_inputs,
@@ -412,6 +423,12 @@ pub fn compile(mut func: Function, manifest: &Manifest) -> Result<Compiled, Runt
 }
 
 impl Compiled {
+    /// Whether the machine code came from the kernel cache: Some for LLVM code, None for
+    /// Cranelift's (never cached).
+    pub fn cache_hit(&self) -> Option<bool> {
+        self.cache_hit
+    }
+
     /// Which JIT built it: "LLVM JIT" or "Cranelift JIT".
     pub fn jit(&self) -> &'static str {
         if self.module.is_some() {

@@ -138,6 +138,9 @@ impl std::fmt::Debug for Backend {
 pub struct LoadedKernel {
     manifest: Manifest,
     code: Code,
+    /// Whether the driver's (or LLVM's) compiled code came from the kernel cache; None where
+    /// nothing is cached (Cranelift's CPU code).
+    cache_hit: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -149,6 +152,12 @@ enum Code {
 }
 
 impl LoadedKernel {
+    /// Whether its compiled code came from the kernel cache (memory or disk) rather than a
+    /// compiler run: Some for GPU kernels and LLVM CPU code, None for Cranelift's (not cached).
+    pub fn cache_hit(&self) -> Option<bool> {
+        self.cache_hit
+    }
+
     /// The manifest the kernel was loaded with.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
@@ -287,15 +296,21 @@ impl Backend {
             )));
         }
         check_pair(source, manifest)?;
+        let hits = gpu::cache::hits();
         let code = match self {
             Backend::Cpu => Code::Cpu(cpu::load(source, manifest)?),
             Backend::Vulkan(d) => Code::Vulkan(d.load(source, manifest)?),
             Backend::Cuda(d) => Code::Cuda(d.load(source, manifest)?),
             Backend::Opencl(d) => Code::Opencl(d.load(source, manifest)?),
         };
+        let cache_hit = match &code {
+            Code::Cpu(c) => c.cache_hit(),
+            _ => Some(gpu::cache::hits() > hits),
+        };
         Ok(LoadedKernel {
             manifest: manifest.clone(),
             code,
+            cache_hit,
         })
     }
 

@@ -4,7 +4,7 @@ use super::output::Staged;
 use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, ModeArg, PrecisionArg, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use nablac::compile::{CompileOptions, Compiled};
+use nablac::compile::CompileOptions;
 use nablac::emit::{Precision, Target};
 use nablac::plan::SegmentOptions;
 use serde::Serialize;
@@ -16,7 +16,7 @@ pub struct CompileArgs {
     #[arg(value_name = "TAPE")]
     pub tape: PathBuf,
     /// Where the kernel runs. Default: the output's extension says (.cu cuda, .cl opencl,
-    /// .comp glsl, .clif cpu); one that contradicts --target is an error.
+    /// .comp glsl, .clif or .ll cpu); one that contradicts --target is an error.
     #[arg(long, value_enum)]
     pub target: Option<TargetArg>,
     /// Kernel source to write (`-`: standard output); the manifest goes to FILE.json.
@@ -26,6 +26,12 @@ pub struct CompileArgs {
     /// kernel goes to standard output.
     #[arg(long, value_name = "PATH")]
     pub manifest: Option<PathBuf>,
+    /// The cpu kernel's back end: llvm writes LLVM IR (vectorised, one path per SIMD lane; what
+    /// `nablac run` uses for a tape), cranelift writes CLIF (scalar, the reference). Default:
+    /// the output's extension (.ll llvm, .clif cranelift), else cranelift. A kernel file runs on
+    /// the back end it was written for.
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub cpu_backend: Option<super::run::CpuBackendArg>,
     /// Print JSON: kernel, manifest_file, checkpointed, manifest (the manifest's contents).
     #[arg(long)]
     pub json: bool,
@@ -66,22 +72,6 @@ pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
     c.min_blocks = o.min_blocks;
     c.greek_stderr = o.greek_stderr;
     c
-}
-
-/// Compiles a verified tape for `target` with the command line's options (which the caller has
-/// checked with `honour::check_compile` first, before reading the tape). `--mode auto` takes
-/// the cost model's choice (`nablac::cost::choose`), or reverse mode when checkpoint options
-/// were given (only a reverse kernel reads them).
-pub fn compile(
-    tape: &nablac::verify::Verified,
-    target: Target,
-    o: &CompileOpts,
-    given: &Given,
-) -> Result<Compiled> {
-    Ok(nablac::compile::compile(
-        tape,
-        &resolved_options(tape, target, o, given, &[])?,
-    )?)
 }
 
 /// The ladder `--markets` and `--ladder-inputs` ask for on `tape`, with `laddered` the inputs
@@ -140,6 +130,42 @@ pub fn resolved_options(
     Ok(nablac::cost::choose(tape, &c)?.options)
 }
 
+/// The CPU back end a kernel written to `out` is compiled with: `--cpu-backend`, else the
+/// extension (`.ll` LLVM IR, `.clif` CLIF), else Cranelift. Refused for another target and
+/// where the option contradicts the extension.
+fn cpu_backend(
+    target: Target,
+    asked: Option<super::run::CpuBackendArg>,
+    out: &Path,
+) -> Result<nablac::compile::CpuBackend> {
+    use nablac::compile::CpuBackend;
+    let asked: Option<CpuBackend> = asked.map(Into::into);
+    if target != Target::Cpu {
+        if let Some(b) = asked {
+            bail!(
+                "--cpu-backend {} is for the cpu target, not {}",
+                b.name(),
+                target.name()
+            );
+        }
+        return Ok(CpuBackend::Cranelift);
+    }
+    let by_name = match out.extension().and_then(|e| e.to_str()) {
+        Some("ll") => Some(CpuBackend::Llvm),
+        Some("clif") => Some(CpuBackend::Cranelift),
+        _ => None,
+    };
+    match (asked, by_name) {
+        (Some(a), Some(e)) if a != e => bail!(
+            "--cpu-backend {} contradicts the output's name {}: .ll is LLVM IR (llvm), .clif is \
+             CLIF (cranelift)",
+            a.name(),
+            out.display()
+        ),
+        (a, e) => Ok(a.or(e).unwrap_or(CpuBackend::Cranelift)),
+    }
+}
+
 /// Do `a` and `b` name one existing file (through links and `..` alike)?
 fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
@@ -169,6 +195,7 @@ pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
     let tape_path = &args.tape;
     let out = &args.output;
     let target = super::honour::compile_target(args.target.map(target), out)?;
+    let cpu_backend = cpu_backend(target, args.cpu_backend, out)?;
     let mpath = match &args.manifest {
         Some(m) => Some(m.clone()),
         None if is_stdio(out) => None,
@@ -193,7 +220,11 @@ pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
     }
     super::honour::check_compile(target, &args.opts, given)?;
     let tape = super::load_tape(tape_path)?;
-    let k = compile(&tape, target, &args.opts, given)
+    let k = resolved_options(&tape, target, &args.opts, given, &[])
+        .and_then(|mut o| {
+            o.cpu_backend = cpu_backend;
+            Ok(nablac::compile::compile(&tape, &o)?)
+        })
         .with_context(|| format!("cannot compile {}", shown(tape_path, "<stdin>")))?;
     let manifest = serde_json::to_string_pretty(&k.manifest)? + "\n";
     // Files are staged and renamed into place together; standard output is written only once

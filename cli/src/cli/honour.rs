@@ -213,6 +213,7 @@ pub fn target_of_extension(path: &std::path::Path) -> Option<(Target, &'static s
         "cl" => Some((Target::Opencl, ".cl")),
         "comp" => Some((Target::Glsl, ".comp")),
         "clif" => Some((Target::Cpu, ".clif")),
+        "ll" => Some((Target::Cpu, ".ll")),
         _ => None,
     }
 }
@@ -224,7 +225,7 @@ pub fn compile_target(asked: Option<Target>, out: &std::path::Path) -> Result<Ta
     match (asked, by_name) {
         (Some(t), Some((e, ext))) if t != e => bail!(
             "--target {} contradicts the output's name {}: {ext} names a kernel for {} (name it for \
-             its target: .cu cuda, .cl opencl, .comp glsl, .clif cpu)",
+             its target: .cu cuda, .cl opencl, .comp glsl, .clif or .ll cpu)",
             t.name(),
             out.display(),
             e.name()
@@ -233,7 +234,7 @@ pub fn compile_target(asked: Option<Target>, out: &std::path::Path) -> Result<Ta
         (None, Some((e, _))) => Ok(e),
         (None, None) => bail!(
             "cannot tell the target from the output's name {}: give --target, or name it .cu \
-             (cuda), .cl (opencl), .comp (glsl) or .clif (cpu)",
+             (cuda), .cl (opencl), .comp (glsl), .clif or .ll (cpu)",
             if super::is_stdio(out) {
                 "- (standard output)".to_string()
             } else {

@@ -29,6 +29,7 @@ mod number;
 mod output;
 mod record;
 mod run;
+mod spinner;
 
 use anyhow::{Context, Result};
 use clap::parser::ValueSource;

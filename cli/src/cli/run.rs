@@ -134,7 +134,8 @@ struct JsonReport<'a> {
     tape_hash: &'a str,
     /// SHA-256 of the kernel source and its manifest (the manifest's `fingerprint`).
     kernel_hash: &'a str,
-    /// Whether the driver's compiled kernel came from the cache (null on the cpu, which has none).
+    /// Whether the compiled kernel came from the cache (the driver's, or LLVM's object code on
+    /// the cpu; null for Cranelift's code, which is not cached).
     cache_hit: Option<bool>,
     outputs: Ordered<JsonOutput>,
     timings: Timings,
@@ -238,9 +239,17 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         super::ladder::indices(&names, &args.ladder)?;
         let count = super::ladder::count(&args.ladder)?;
         let mut o = super::compile::resolved_options(&tape, target, &args.opts, given, &laddered)?;
+        if target == Target::Cpu {
+            // The back end the fused-market rule prices the compile of (chosen again below,
+            // for the fused kernel's size).
+            o.cpu_backend = args
+                .cpu_backend
+                .map_or(CpuBackend::fastest(), CpuBackend::from);
+        }
         if !args.ladder.is_empty() && args.opts.markets.is_none() {
-            // The measured rule: as many markets per kernel as pay (nablac::cost::fused_markets).
-            let (fused, _) = nablac::cost::fused_markets(&tape, &o, count as u32)
+            // The measured rule: as many markets per kernel as pay, compile time included
+            // (nablac::cost::fused_markets).
+            let (fused, _) = nablac::cost::fused_markets(&tape, &o, count as u32, args.paths)
                 .with_context(|| format!("cannot compile {name}"))?;
             if let Some(l) = &mut o.ladder {
                 l.markets = fused;
@@ -255,7 +264,15 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
                 CpuBackend::from,
             );
         }
-        let k = nablac::compile::compile(&tape, &o)
+        let what = format!(
+            "compiling {name} for {} ({} nodes{})",
+            target.name(),
+            tape.len(),
+            o.ladder
+                .as_ref()
+                .map_or(String::new(), |l| format!(", {} markets fused", l.markets))
+        );
+        let k = super::spinner::during(&what, || nablac::compile::compile(&tape, &o))
             .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
@@ -316,11 +333,11 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
     let target = manifest.target;
     let backend = Backend::open(target)
         .with_context(|| format!("cannot open the {} backend", target.name()))?;
-    let hits = nablac_runtime::gpu::cache::hits();
-    let kernel = backend
-        .load(&source, &manifest)
-        .context("cannot load the kernel")?;
-    let cache_hit = (target != Target::Cpu).then(|| nablac_runtime::gpu::cache::hits() > hits);
+    let kernel = super::spinner::during(&load_message(&manifest, &source), || {
+        backend.load(&source, &manifest)
+    })
+    .context("cannot load the kernel")?;
+    let cache_hit = kernel.cache_hit();
     // Buffers for a run of this many paths, allocated once like the compile (counted as load).
     backend
         .reserve(&kernel, args.paths)
@@ -489,6 +506,24 @@ fn market_text(m: &Manifest, market: &[f64], ladders: &[super::ladder::LadderArg
         .join(", ")
 }
 
+/// What loading `source` compiles, for the spinner: which compiler turns it into machine code.
+fn load_message(m: &Manifest, source: &str) -> String {
+    let compiler = match m.target {
+        Target::Cpu if nablac_runtime::cpu::is_llvm_ir(source) => {
+            "LLVM's optimiser and code generator"
+        }
+        Target::Cpu => "Cranelift",
+        Target::Cuda => "NVRTC and the CUDA driver",
+        Target::Opencl => "the OpenCL driver",
+        Target::Glsl => "glslangValidator and the Vulkan driver",
+    };
+    format!(
+        "compiling the {} {} kernel with {compiler}",
+        m.target.name(),
+        m.mode.name()
+    )
+}
+
 /// A run expected to take longer than this shows a progress bar (on a terminal).
 const BAR_AFTER_SECONDS: f64 = 1.0;
 
@@ -624,7 +659,7 @@ fn print_ladder_table(
     let n = markets.len();
     writeln!(
             out,
-        "{} {} {} ladder of {n} markets ({} per launch), {} paths each, seed {}, {:.3} s ({:.2} M market-paths/s)",
+        "{} {} {} ladder of {n} markets ({} per launch), {} paths each, seed {}, {:.3} s ({:.2} M market-paths/s); load {:.3} s{}",
         m.target.name(),
         m.precision.name(),
         m.mode.name(),
@@ -632,7 +667,9 @@ fn print_ladder_table(
         args.paths,
         args.seed,
         t.run,
-        args.paths as f64 * n as f64 / t.run / 1e6
+        args.paths as f64 * n as f64 / t.run / 1e6,
+        t.load,
+        if cx.cache_hit == Some(true) { " (cached)" } else { " (compile included)" }
     )?;
     // Columns: the laddered inputs (the key, repeated in every block), then per output its value
     // and each Greek, every estimate with its standard error.
@@ -788,7 +825,11 @@ fn print_table(
         args.paths as f64 / t.run / 1e6
     )?;
     if m.target == Target::Cpu {
-        writeln!(out, "load {:.3} s (compile and JIT)", t.load)?;
+        let how = match cx.cache_hit {
+            Some(true) => "compile, the machine code from the cache",
+            _ => "compile and JIT",
+        };
+        writeln!(out, "load {:.3} s ({how})", t.load)?;
     } else {
         writeln!(
             out,
