@@ -4,7 +4,8 @@ has N Greeks, 2N + 3 per-path sums. For the size limits' measurements that grow 
 (compile.rs LLVM_MAX_SUMS; the colouring's cost, passes/colouring.rs):
 
     python3 scripts/wide-tape.py N > wide.ntape
-    nablac run wide.ntape --target cpu --cpu-backend llvm --paths 1000 --json   (timings.load)
+    NABLAC_CACHE_DIR=off nablac run wide.ntape --target cpu --cpu-backend llvm --paths 1000 --json
+    (timings.load; with the cache on, a second run links the cached object instead of compiling)
 
 The same shape as colouring.rs's one_output_over_many_inputs_gives_each_its_own_direction.
 """
