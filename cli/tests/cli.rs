@@ -483,6 +483,52 @@ fn explain_reports_the_plan() {
 }
 
 /// A run's JSON without its `timings` (which differ from run to run, unlike the results).
+/// Issue 26's hostile-test tapes: forward and reverse mode disagreed about which paths are
+/// non-finite (value -800 against NaN; 16 non-finite paths against none). With the strong zero
+/// (TAPE-FORMAT.md) both modes give the same report on both CPU back ends, and tape 1's path
+/// is priced: min(tanh(exp(|x|)), x) at x = -800 is -800, with derivative 1.
+#[test]
+fn forward_and_reverse_agree_on_the_non_finite_repro_tapes() {
+    let d = scratch("nonfinite");
+    for k in 1..=3 {
+        let tape = format!(
+            "{}/../tests/repro/modes-nonfinite-{k}.ntape",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        for backend in ["llvm", "cranelift"] {
+            let run = |mode: &str| -> Value {
+                let args = [
+                    "run",
+                    &tape,
+                    "--paths",
+                    "16",
+                    "--seed",
+                    "3",
+                    "--mode",
+                    mode,
+                    "--cpu-backend",
+                    backend,
+                    "--json",
+                ];
+                let out = nablac(&args, &d);
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                serde_json::from_slice(&out.stdout).unwrap()
+            };
+            let (f, r) = (run("forward"), run("reverse"));
+            assert_eq!(f["outputs"], r["outputs"], "tape {k} on {backend}");
+            if k == 1 {
+                assert_eq!(r["outputs"]["o0"]["value"], -800.0);
+                assert_eq!(r["outputs"]["o0"]["non_finite"], 0);
+                assert_eq!(r["outputs"]["o0"]["greeks"]["i0"], 1.0);
+            }
+        }
+    }
+}
+
 fn results(v: &Value) -> Value {
     let mut v = v.clone();
     if let Some(o) = v.as_object_mut() {

@@ -13,7 +13,7 @@
 
 use crate::compile::{check_ranges, min_blocks, CompileError, CompileOptions};
 use crate::emit::{Mode, Target};
-use crate::ops::{Acc, Arith, Expr, Rule, Step};
+use crate::ops::{Acc, Arith, Expr, Factor, Rule, Step};
 use crate::plan::SegmentOptions;
 use crate::schedule::maxlive::{max_live, storage_and_spills};
 use crate::schedule::{Def, Schedule, Stmt};
@@ -114,6 +114,7 @@ fn heavy(e: &Expr) -> u64 {
         Expr::A | Expr::B | Expr::C | Expr::D | Expr::Lit(_) | Expr::Nan => 0,
         Expr::Neg(x) => heavy(x),
         Expr::Arith(op, x, y) => u64::from(*op == Arith::Div) + heavy(x) + heavy(y),
+        Expr::Chain(f, x, y) => u64::from(*f == Factor::Over) + heavy(x) + heavy(y),
         Expr::Call(_, x) => 1 + heavy(x),
         Expr::Pow(x, y) => 1 + heavy(x) + heavy(y),
         Expr::Select(c, x, y) => heavy(c.lhs) + heavy(c.rhs) + heavy(x) + heavy(y),

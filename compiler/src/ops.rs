@@ -18,23 +18,34 @@
 //! `D * C / B` is `(D * C) / B`, and every printer must keep it (no reassociation), so that all
 //! targets round alike.
 //!
+//! Every product and quotient along the chain from `D` is a *chain factor* ([`Expr::Chain`],
+//! written `⊙` and `⊘` below): a strong zero, `x ⊙ y` is 0 when x or y is 0 and `x ⊘ y` is 0
+//! when x is 0 or y is infinite (the factor 1/y is 0), whatever the other operand, infinite and
+//! NaN included; otherwise they are `x * y` and `x / y`, the same bits. The chain rule's value
+//! along a path of the graph is the product of its partials, and forward mode multiplies them
+//! from the input's end, reverse mode from the output's: with IEEE products a zero partial on
+//! one side of an infinite one gives 0 * inf = NaN in one order and 0 in the other (an adjoint 0
+//! reaching `exp`'s infinite partial; a tangent -inf reaching `tanh`'s 0 partial), so the two
+//! modes disagreed about which paths are non-finite. With the strong zero a path through a zero
+//! partial contributes 0 in both orders (TAPE-FORMAT.md, the adjoint rules).
+//!
 //! | op | value | adjoint |
 //! |---|---|---|
 //! | `add a b` | a + b | da += d; db += d |
 //! | `sub a b` | a - b | da += d; db -= d |
-//! | `mul a b` | a * b | da += d*b; db += d*a |
-//! | `div a b` | a / b | da += d/b; db -= d*c/b |
+//! | `mul a b` | a * b | da += d⊙b; db += d⊙a |
+//! | `div a b` | a / b | da += d⊘b; db -= d⊙c⊘b |
 //! | `max a b` | a >= b ? a : b | if a >= b: da += d, else db += d |
 //! | `min a b` | a <= b ? a : b | if a <= b: da += d, else db += d |
 //! | `neg a` | -a | da -= d |
-//! | `exp a` | e^a | da += d*c |
-//! | `log a` | ln a | da += d/a |
-//! | `sqrt a` | sqrt a | da += d*0.5/c |
+//! | `exp a` | e^a | da += d⊙c |
+//! | `log a` | ln a | da += d⊘a |
+//! | `sqrt a` | sqrt a | da += d*0.5⊘c |
 //! | `abs a` | abs a | if a > 0: da += d, else if a < 0: da -= d |
 //! | `lt a b` (`le`, `gt`, `ge`) | a < b ? 1 : 0 | none: not differentiable, so not active |
-//! | `pow a b` | a > 0 ? a^b : NaN | da += d*b*a^(b-1); db += d*c*ln a |
-//! | `tanh a` | tanh a | da += d*(1 - c*c) |
-//! | `ncdf a` | 0.5 * erfc(-a / sqrt 2) | da += d*exp(-0.5*(a*a))/sqrt(2 pi) |
+//! | `pow a b` | a > 0 ? a^b : NaN | da += d⊙b⊙a^(b-1); db += d⊙c⊙ln a |
+//! | `tanh a` | tanh a | da += d⊙(1 - c*c) |
+//! | `ncdf a` | 0.5 * erfc(-a / sqrt 2) | da += d⊙exp(-0.5*(a*a))/sqrt(2 pi) |
 
 use crate::tape::Op;
 
@@ -176,6 +187,36 @@ pub enum Expr {
     Nan,
     /// `cond ? then : else`.
     Select(Cond, &'static Expr, &'static Expr),
+    /// A chain factor (module doc): `x * y` or `x / y`, but 0 when a factor is 0 (x = 0; y = 0
+    /// for `*`, y infinite for `/`), whatever the other.
+    Chain(Factor, &'static Expr, &'static Expr),
+}
+
+/// The two chain factors (module doc): `x ⊙ y` and `x ⊘ y`.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Factor {
+    Times,
+    Over,
+}
+
+impl Factor {
+    /// The IEEE operation it is where no factor is zero.
+    pub fn arith(self) -> Arith {
+        match self {
+            Factor::Times => Arith::Mul,
+            Factor::Over => Arith::Div,
+        }
+    }
+
+    /// Is `x ⊙ y` (`x ⊘ y`) 0 by the strong zero? Every back end tests these same conditions.
+    pub fn strong_zero<T: Real>(self, x: T, y: T) -> bool {
+        let zero = T::of(0.0);
+        x == zero
+            || match self {
+                Factor::Times => y == zero,
+                Factor::Over => T::call(Fun::Abs, y) == T::of(f64::INFINITY),
+            }
+    }
 }
 
 /// `lhs cmp rhs`.
@@ -270,7 +311,7 @@ fn visit_expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
     match *e {
         Expr::A | Expr::B | Expr::C | Expr::D | Expr::Lit(_) | Expr::Nan => {}
         Expr::Neg(x) | Expr::Call(_, x) => visit_expr(x, f),
-        Expr::Arith(_, x, y) | Expr::Pow(x, y) => {
+        Expr::Arith(_, x, y) | Expr::Chain(_, x, y) | Expr::Pow(x, y) => {
             visit_expr(x, f);
             visit_expr(y, f);
         }
@@ -346,6 +387,14 @@ const D: &Expr = &Expr::D;
 const fn arith(op: Arith, x: &'static Expr, y: &'static Expr) -> Expr {
     Expr::Arith(op, x, y)
 }
+/// `x ⊙ y`, a chain factor's product.
+const fn times(x: &'static Expr, y: &'static Expr) -> Expr {
+    Expr::Chain(Factor::Times, x, y)
+}
+/// `x ⊘ y`, a chain factor's quotient.
+const fn over(x: &'static Expr, y: &'static Expr) -> Expr {
+    Expr::Chain(Factor::Over, x, y)
+}
 const fn acc(arg: Arg, expr: Expr) -> Acc {
     Acc {
         arg,
@@ -381,15 +430,15 @@ static SUB: Rule = Rule {
 static MUL: Rule = Rule {
     value: arith(Arith::Mul, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, B))),
-        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, A))),
+        Step::Acc(acc(Arg::A, times(D, B))),
+        Step::Acc(acc(Arg::B, times(D, A))),
     ],
 };
 static DIV: Rule = Rule {
     value: arith(Arith::Div, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Div, D, B))),
-        Step::Acc(dec(Arg::B, arith(Arith::Div, &arith(Arith::Mul, D, C), B))),
+        Step::Acc(acc(Arg::A, over(D, B))),
+        Step::Acc(dec(Arg::B, over(&times(D, C), B))),
     ],
 };
 /// `a CMP b ? a : b`, the whole adjoint to the argument chosen (ties to the first). A macro, not
@@ -414,17 +463,17 @@ static NEG: Rule = Rule {
 };
 static EXP: Rule = Rule {
     value: Expr::Call(Fun::Exp, A),
-    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C)))],
+    adjoint: &[Step::Acc(acc(Arg::A, times(D, C)))],
 };
 static LOG: Rule = Rule {
     value: Expr::Call(Fun::Log, A),
-    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Div, D, A)))],
+    adjoint: &[Step::Acc(acc(Arg::A, over(D, A)))],
 };
 static SQRT: Rule = Rule {
     value: Expr::Call(Fun::Sqrt, A),
     adjoint: &[Step::Acc(acc(
         Arg::A,
-        arith(Arith::Div, &arith(Arith::Mul, D, &Expr::Lit(0.5)), C),
+        over(&arith(Arith::Mul, D, &Expr::Lit(0.5)), C),
     ))],
 };
 static ABS: Rule = Rule {
@@ -461,21 +510,13 @@ static POW: Rule = Rule {
         // d * b * a^(b - 1)
         Step::Acc(acc(
             Arg::A,
-            arith(
-                Arith::Mul,
-                &arith(Arith::Mul, D, B),
+            times(
+                &times(D, B),
                 &Expr::Pow(A, &arith(Arith::Sub, B, &Expr::Lit(1.0))),
             ),
         )),
         // d * c * ln a
-        Step::Acc(acc(
-            Arg::B,
-            arith(
-                Arith::Mul,
-                &arith(Arith::Mul, D, C),
-                &Expr::Call(Fun::Log, A),
-            ),
-        )),
+        Step::Acc(acc(Arg::B, times(&times(D, C), &Expr::Call(Fun::Log, A)))),
     ],
 };
 static TANH: Rule = Rule {
@@ -483,8 +524,7 @@ static TANH: Rule = Rule {
     // d * (1 - c * c)
     adjoint: &[Step::Acc(acc(
         Arg::A,
-        arith(
-            Arith::Mul,
+        times(
             D,
             &arith(Arith::Sub, &Expr::Lit(1.0), &arith(Arith::Mul, C, C)),
         ),
@@ -509,8 +549,7 @@ static NCDF: Rule = Rule {
         Arg::A,
         arith(
             Arith::Div,
-            &arith(
-                Arith::Mul,
+            &times(
                 D,
                 &Expr::Call(
                     Fun::Exp,
@@ -607,15 +646,12 @@ pub fn relative_rules() -> Vec<&'static Rule> {
 /// `ρ_x · A · C`: exp's absolute tangent of a relative argument tangent.
 static EXP_ABSOLUTE_OF_RELATIVE: Rule = Rule {
     value: Expr::Call(Fun::Exp, A),
-    adjoint: &[Step::Acc(acc(
-        Arg::A,
-        arith(Arith::Mul, &arith(Arith::Mul, D, A), C),
-    ))],
+    adjoint: &[Step::Acc(acc(Arg::A, times(&times(D, A), C)))],
 };
 /// `ρ_x · A`: exp's relative tangent of a relative argument tangent (its absolute one).
 static EXP_OF_RELATIVE: Rule = Rule {
     value: Expr::Call(Fun::Exp, A),
-    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A)))],
+    adjoint: &[Step::Acc(acc(Arg::A, times(D, A)))],
 };
 /// `k / b`'s relative tangent, `-ρ_b` (`k` without a tangent).
 static DIV_OF_RELATIVE_DIVISOR: Rule = Rule {
@@ -625,14 +661,14 @@ static DIV_OF_RELATIVE_DIVISOR: Rule = Rule {
 /// `-(ρ · A)` is `ρ · C`.
 static NEG_ABSOLUTE_OF_RELATIVE: Rule = Rule {
     value: Expr::Neg(A),
-    adjoint: &[Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C)))],
+    adjoint: &[Step::Acc(acc(Arg::A, times(D, C)))],
 };
 // `absolute_tangent`'s rules for A relative, B relative, both.
 static ADD_OF_RELATIVE: [&Rule; 3] = [&ADD_RA, &ADD_RB, &ADD_RR];
 static ADD_RA: Rule = Rule {
     value: arith(Arith::Add, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
+        Step::Acc(acc(Arg::A, times(D, A))),
         Step::Acc(acc(Arg::B, Expr::D)),
     ],
 };
@@ -640,21 +676,21 @@ static ADD_RB: Rule = Rule {
     value: arith(Arith::Add, A, B),
     adjoint: &[
         Step::Acc(acc(Arg::A, Expr::D)),
-        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, B))),
+        Step::Acc(acc(Arg::B, times(D, B))),
     ],
 };
 static ADD_RR: Rule = Rule {
     value: arith(Arith::Add, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
-        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, B))),
+        Step::Acc(acc(Arg::A, times(D, A))),
+        Step::Acc(acc(Arg::B, times(D, B))),
     ],
 };
 static SUB_OF_RELATIVE: [&Rule; 3] = [&SUB_RA, &SUB_RB, &SUB_RR];
 static SUB_RA: Rule = Rule {
     value: arith(Arith::Sub, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
+        Step::Acc(acc(Arg::A, times(D, A))),
         Step::Acc(dec(Arg::B, Expr::D)),
     ],
 };
@@ -662,58 +698,58 @@ static SUB_RB: Rule = Rule {
     value: arith(Arith::Sub, A, B),
     adjoint: &[
         Step::Acc(acc(Arg::A, Expr::D)),
-        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, B))),
+        Step::Acc(dec(Arg::B, times(D, B))),
     ],
 };
 static SUB_RR: Rule = Rule {
     value: arith(Arith::Sub, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, A))),
-        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, B))),
+        Step::Acc(acc(Arg::A, times(D, A))),
+        Step::Acc(dec(Arg::B, times(D, B))),
     ],
 };
 static MUL_OF_RELATIVE: [&Rule; 3] = [&MUL_RA, &MUL_RB, &MUL_RR];
 static MUL_RA: Rule = Rule {
     value: arith(Arith::Mul, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
-        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, A))),
+        Step::Acc(acc(Arg::A, times(D, C))),
+        Step::Acc(acc(Arg::B, times(D, A))),
     ],
 };
 static MUL_RB: Rule = Rule {
     value: arith(Arith::Mul, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, B))),
-        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, C))),
+        Step::Acc(acc(Arg::A, times(D, B))),
+        Step::Acc(acc(Arg::B, times(D, C))),
     ],
 };
 static MUL_RR: Rule = Rule {
     value: arith(Arith::Mul, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
-        Step::Acc(acc(Arg::B, arith(Arith::Mul, D, C))),
+        Step::Acc(acc(Arg::A, times(D, C))),
+        Step::Acc(acc(Arg::B, times(D, C))),
     ],
 };
 static DIV_OF_RELATIVE: [&Rule; 3] = [&DIV_RA, &DIV_RB, &DIV_RR];
 static DIV_RA: Rule = Rule {
     value: arith(Arith::Div, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
-        Step::Acc(dec(Arg::B, arith(Arith::Div, &arith(Arith::Mul, D, C), B))),
+        Step::Acc(acc(Arg::A, times(D, C))),
+        Step::Acc(dec(Arg::B, over(&times(D, C), B))),
     ],
 };
 static DIV_RB: Rule = Rule {
     value: arith(Arith::Div, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Div, D, B))),
-        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, C))),
+        Step::Acc(acc(Arg::A, over(D, B))),
+        Step::Acc(dec(Arg::B, times(D, C))),
     ],
 };
 static DIV_RR: Rule = Rule {
     value: arith(Arith::Div, A, B),
     adjoint: &[
-        Step::Acc(acc(Arg::A, arith(Arith::Mul, D, C))),
-        Step::Acc(dec(Arg::B, arith(Arith::Mul, D, C))),
+        Step::Acc(acc(Arg::A, times(D, C))),
+        Step::Acc(dec(Arg::B, times(D, C))),
     ],
 };
 
@@ -760,6 +796,14 @@ pub fn eval<T: Real>(e: &Expr, x: &Operands<T>) -> T {
                 Arith::Sub => y - z,
                 Arith::Mul => y * z,
                 Arith::Div => y / z,
+            }
+        }
+        Expr::Chain(f, y, z) => {
+            let (y, z) = (eval(y, x), eval(z, x));
+            match f {
+                _ if f.strong_zero(y, z) => T::of(0.0),
+                Factor::Times => y * z,
+                Factor::Over => y / z,
             }
         }
         Expr::Call(f, y) => T::call(f, eval(y, x)),

@@ -26,7 +26,7 @@
 use super::abi::{entry_signature, libm, CALL_CONV};
 use super::{ClifError, Options};
 use crate::emit::manifest::Precision;
-use crate::ops::{self, Arith, Cmp, Cond, Expr, Fun, Step};
+use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
 use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
@@ -209,6 +209,22 @@ fn expr(cx: &Ctx, b: &mut FunctionBuilder, e: &Expr, x: &[Option<Value>; 4]) -> 
                 Arith::Mul => b.ins().fmul(y, z),
                 Arith::Div => b.ins().fdiv(y, z),
             }
+        }
+        Expr::Chain(f, y, z) => {
+            // ops::Factor::strong_zero, as a select.
+            let (y, z) = (expr(cx, b, y, x), expr(cx, b, z, x));
+            let zero = cx.fconst(b, 0.0);
+            let y_zero = b.ins().fcmp(FloatCC::Equal, y, zero);
+            let (r, z_kills) = match f {
+                Factor::Times => (b.ins().fmul(y, z), b.ins().fcmp(FloatCC::Equal, z, zero)),
+                Factor::Over => {
+                    let size = b.ins().fabs(z);
+                    let inf = cx.fconst(b, f64::INFINITY);
+                    (b.ins().fdiv(y, z), b.ins().fcmp(FloatCC::Equal, size, inf))
+                }
+            };
+            let killed = b.ins().bor(y_zero, z_kills);
+            b.ins().select(killed, zero, r)
         }
         Expr::Call(f, y) => {
             let y = expr(cx, b, y, x);

@@ -10,7 +10,7 @@
 use super::dialect::{real, Dialect, MathFn};
 use super::manifest::Precision;
 use super::ScratchLayout;
-use crate::ops::{Acc, Arith, Cond, Expr, Fun, Step};
+use crate::ops::{Acc, Arith, Cond, Expr, Factor, Fun, Step};
 use crate::schedule::{self, Adjoint, Def, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId, Tape};
 use std::collections::HashMap;
@@ -74,7 +74,12 @@ pub(super) fn fused_products(schedule: &Schedule) -> HashMap<Var, Tangent> {
             Step::If(..) => true,
         });
         if let (Some(Step::Acc(a)), None) = (live.next(), live.next()) {
-            if !a.sub && matches!(a.expr, Expr::Arith(Arith::Mul, ..)) {
+            if !a.sub
+                && matches!(
+                    a.expr,
+                    Expr::Arith(Arith::Mul, ..) | Expr::Chain(Factor::Times, ..)
+                )
+            {
                 products.insert(Var::Tangent(t.node, t.lane), *t);
             }
         }
@@ -204,6 +209,14 @@ impl<'a> Body<'a> {
                 let r = if rp <= prec { format!("({r})") } else { r };
                 (format!("{l} {} {r}", op.symbol()), prec)
             }
+            Expr::Chain(f, y, z) => {
+                let name = match f {
+                    Factor::Times => "chain_mul",
+                    Factor::Over => "chain_div",
+                };
+                let (y, z) = (self.expr(y, x).0, self.expr(z, x).0);
+                (format!("{name}({y}, {z})"), 4)
+            }
             Expr::Call(f, y) => {
                 let opaque = self.schedule.opaque_call(Some(f));
                 (self.d.call(f, self.p, &self.expr(y, x).0, opaque), 4)
@@ -277,7 +290,16 @@ impl<'a> Body<'a> {
             let x = [x[0].clone(), x[1].clone(), x[2].clone(), self.operand(d)];
             let (text, prec) = self.expr(&acc.expr, &x);
             let factors = match acc.expr {
-                Expr::Arith(Arith::Mul, y, z) => Some((self.expr(y, &x), self.expr(z, &x).0)),
+                Expr::Arith(Arith::Mul, y, z) => Some(Factors {
+                    y: self.expr(y, &x),
+                    z: self.expr(z, &x).0,
+                    chain: false,
+                }),
+                Expr::Chain(Factor::Times, y, z) => Some(Factors {
+                    y: self.expr(y, &x),
+                    z: self.expr(z, &x).0,
+                    chain: true,
+                }),
                 _ => None,
             };
             Some(Term {
@@ -339,9 +361,11 @@ impl<'a> Body<'a> {
             sum = Some(match (sum, term.factors) {
                 (None, _) if term.sub => negate(&term.text, term.prec),
                 (None, _) => term.text,
-                (Some(acc), Some(((y, yp), z))) => {
+                (Some(acc), Some(f)) => {
+                    let (y, yp) = f.y;
                     let y = if term.sub { negate(&y, yp) } else { y };
-                    format!("{fma}({y}, {z}, {acc})")
+                    let fma = if f.chain { "chain_fma" } else { fma };
+                    format!("{fma}({y}, {}, {acc})", f.z)
                 }
                 (Some(acc), None) => {
                     let rhs = if term.prec <= 1 {
@@ -513,6 +537,20 @@ impl<'a> Body<'a> {
         out.lines.join("\n")
     }
 
+    /// Does an adjoint or tangent statement use a chain factor (`Dialect::chain_helpers`)?
+    pub fn uses_chain_factors(&self) -> bool {
+        let mut used = false;
+        self.schedule.walk(&mut |s| {
+            let rule = match s {
+                Stmt::Adjoint(a) => a.rule,
+                Stmt::Tangent(t) => t.rule,
+                _ => return,
+            };
+            rule.visit(&mut |e| used |= matches!(e, Expr::Chain(..)));
+        });
+        used
+    }
+
     /// The math functions the kernel's rules call (in `MathFn` order, each once).
     pub fn math_used(&self) -> Vec<MathFn> {
         let funs = [
@@ -541,7 +579,15 @@ struct Term {
     text: String,
     prec: u8,
     sub: bool,
-    factors: Option<((String, u8), String)>,
+    factors: Option<Factors>,
+}
+
+/// A product term's factors: the first with its precedence, and whether it is a chain factor
+/// (`chain_fma` then fuses it, `fma` otherwise).
+struct Factors {
+    y: (String, u8),
+    z: String,
+    chain: bool,
 }
 
 /// `-e` for a term of precedence `p` (parenthesized unless it is primary and not already negative).

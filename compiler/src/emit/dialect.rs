@@ -200,6 +200,24 @@ impl Dialect {
         out
     }
 
+    /// Definitions of the chain factors (`crate::ops::Expr::Chain`) in precision `p`:
+    /// `chain_mul(x, y)` is `x * y` but 0 when x or y is 0, `chain_div(x, y)` is `x / y` but 0
+    /// when x is 0 or y infinite, whatever the other operand, and `chain_fma(x, y, z)` is
+    /// `fma(x, y, z)` but z when x or y is 0 (a tangent sum's fused term, `emit::body`).
+    pub fn chain_helpers(&self, p: Precision) -> String {
+        let (t, q, zero) = (real(p), self.fn_qual, self.literal(0.0, p));
+        let fma = self.math(MathFn::Fma, p);
+        // GLSL's `precise` does not reach into a called function: the product is declared so.
+        let pr = self.precise;
+        format!(
+            "
+// Chain factors (ops.rs): a zero factor makes the product 0, whatever the other (strong zero).
+{q}{t} chain_mul({t} x, {t} y) {{ {pr}{t} r = x * y; return (x == {zero} || y == {zero}) ? {zero} : r; }}
+{q}{t} chain_div({t} x, {t} y) {{ {pr}{t} r = x / y; return (x == {zero} || isinf(y)) ? {zero} : r; }}
+{q}{t} chain_fma({t} x, {t} y, {t} z) {{ {pr}{t} r = {fma}(x, y, z); return (x == {zero} || y == {zero}) ? z : r; }}"
+        )
+    }
+
     /// `cos(2 pi u2)` of the Box–Muller step, on the variable `u2` of precision `p`.
     ///
     /// CUDA and OpenCL have `cospi`, which reduces its argument exactly (`2 * u2` is exact) and so

@@ -555,10 +555,10 @@ fn plain_kernels_compute_only_live_nodes_and_active_adjoints() {
     assert!(src.contains("float v11 = (v8 <= v10) ? v8 : v10;"));
     assert!(src.contains("if (v8 <= v10) d8_0 += d11_0;"));
     assert!(src.contains("if (v11 >= v1) d11_0 += d12_0; else d1_0 += d12_0;"));
-    // abs: sign(0) = 0; sqrt: d * 0.5 / c; div: d * c / b.
+    // abs: sign(0) = 0; sqrt: d * 0.5 ⊘ c; div: d ⊙ c ⊘ b (chain factors, ops.rs).
     assert!(src.contains("if (v0 > 0.0f) d0_0 += d4_0; else if (v0 < 0.0f) d0_0 -= d4_0;"));
-    assert!(src.contains("d5_0 += d6_0 * 0.5f / v6;"));
-    assert!(src.contains("d6_0 -= d7_0 * v7 / v6;"));
+    assert!(src.contains("d5_0 += chain_div(d6_0 * 0.5f, v6);"));
+    assert!(src.contains("d6_0 -= chain_div(chain_mul(d7_0, v7), v6);"));
     // Lane 1 (output `second` = -%12 - %0) runs only its cone: %14, %13, %12's rules and below;
     // %12 is in both cones, %14 and %13 only in lane 1's.
     assert!(src.contains("d13_1 += d14_1;"));
@@ -905,7 +905,7 @@ fn annotations_name_the_tape_node() {
     assert!(src.contains("float v15 = exp(v14); // %15 = exp %14"));
     assert!(src.contains("float v0 = inputs[0]; // %0 = input spot"));
     assert!(src.contains("float v12 = draw_normal(0u, plo, phi, key0, key1); // %12 = normal 0"));
-    assert!(src.contains("d14 += d15 * v15; // %15 = exp %14"));
+    assert!(src.contains("d14 += chain_mul(d15, v15); // %15 = exp %14"));
     let plain = emit(
         &verified(&tape),
         &plain_plan(&tape),

@@ -24,7 +24,7 @@
 use super::math::{self, Func, Vt, R, V};
 use super::LlvmError;
 use crate::emit::manifest::Precision;
-use crate::ops::{self, Arith, Cmp, Cond, Expr, Fun, Step};
+use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
 use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
@@ -119,6 +119,20 @@ fn expr<'ctx>(v: &V<'_, 'ctx>, e: &Expr, x: &[Option<Vv<'ctx>>; 4]) -> R<Vv<'ctx
                 Arith::Mul => v.mul(y, z)?,
                 Arith::Div => v.div(y, z)?,
             }
+        }
+        Expr::Chain(f, y, z) => {
+            // ops::Factor::strong_zero, as a select per lane.
+            let (y, z) = (expr(v, y, x)?, expr(v, z, x)?);
+            let zero = v.splat(0.0);
+            let y_zero = v.cmp(FloatPredicate::OEQ, y, zero)?;
+            let (r, z_kills) = match f {
+                Factor::Times => (v.mul(y, z)?, v.cmp(FloatPredicate::OEQ, z, zero)?),
+                Factor::Over => {
+                    let size = v.fabs(z)?;
+                    (v.div(y, z)?, v.cmp(FloatPredicate::OEQ, size, v.splat(f64::INFINITY))?)
+                }
+            };
+            v.select(v.or(y_zero, z_kills)?, zero, r)?
         }
         Expr::Call(f, y) => {
             let y = expr(v, y, x)?;

@@ -188,12 +188,12 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                             d[ib] -= di;
                         }
                         BinaryOp::Mul => {
-                            d[ia] += di * vb;
-                            d[ib] += di * va;
+                            d[ia] += times(di, vb);
+                            d[ib] += times(di, va);
                         }
                         BinaryOp::Div => {
-                            d[ia] += di / vb;
-                            d[ib] -= di * c / vb;
+                            d[ia] += over(di, vb);
+                            d[ib] -= over(times(di, c), vb);
                         }
                         BinaryOp::Max => {
                             if va >= vb {
@@ -212,8 +212,8 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                         // Indicators: derivative 0 with respect to both arguments.
                         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {}
                         BinaryOp::Pow => {
-                            d[ia] += di * vb * va.powf(vb - 1.0);
-                            d[ib] += di * c * va.ln();
+                            d[ia] += times(times(di, vb), va.powf(vb - 1.0));
+                            d[ib] += times(times(di, c), va.ln());
                         }
                     }
                 }
@@ -222,9 +222,9 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                     let va = x[ia];
                     match op {
                         UnaryOp::Neg => d[ia] -= di,
-                        UnaryOp::Exp => d[ia] += di * c,
-                        UnaryOp::Log => d[ia] += di / va,
-                        UnaryOp::Sqrt => d[ia] += di * 0.5 / c,
+                        UnaryOp::Exp => d[ia] += times(di, c),
+                        UnaryOp::Log => d[ia] += over(di, va),
+                        UnaryOp::Sqrt => d[ia] += over(di * 0.5, c),
                         UnaryOp::Abs => {
                             let sign = if va > 0.0 {
                                 1.0
@@ -233,12 +233,12 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                             } else {
                                 0.0
                             };
-                            d[ia] += di * sign
+                            d[ia] += times(di, sign)
                         }
-                        UnaryOp::Tanh => d[ia] += di * (1.0 - c * c),
+                        UnaryOp::Tanh => d[ia] += times(di, 1.0 - c * c),
                         UnaryOp::Ncdf => {
                             d[ia] +=
-                                di * (-va * va / 2.0).exp() / (2.0 * std::f64::consts::PI).sqrt()
+                                times(di, (-va * va / 2.0).exp()) / (2.0 * std::f64::consts::PI).sqrt()
                         }
                     }
                 }
@@ -249,6 +249,24 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
     Path {
         outputs: tape.outputs.iter().map(|o| x[o.node.index()]).collect(),
         greeks,
+    }
+}
+
+/// `x * y` with TAPE-FORMAT.md's strong zero: 0 when x or y is 0, whatever the other.
+fn times(x: f64, y: f64) -> f64 {
+    if x == 0.0 || y == 0.0 {
+        0.0
+    } else {
+        x * y
+    }
+}
+
+/// `x / y` with the strong zero: 0 when x is 0 or y infinite (the factor 1/y is 0).
+fn over(x: f64, y: f64) -> f64 {
+    if x == 0.0 || y.is_infinite() {
+        0.0
+    } else {
+        x / y
     }
 }
 
