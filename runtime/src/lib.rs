@@ -305,6 +305,7 @@ impl Backend {
         };
         let cache_hit = match &code {
             Code::Cpu(c) => c.cache_hit(),
+            Code::Vulkan(k) => Some(k.cache_hit()),
             _ => Some(gpu::cache::hits() > hits),
         };
         Ok(LoadedKernel {

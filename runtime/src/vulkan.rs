@@ -49,6 +49,9 @@ pub struct Device {
     driver: String,
     max_groups_x: u32,
     memory: vk::PhysicalDeviceMemoryProperties,
+    /// What a driver's pipeline cache data is valid for: vendor, device, driver version and
+    /// `pipelineCacheUUID` (the key of the persisted `VkPipelineCache`, `Device::load`).
+    cache_id: String,
 }
 
 /// A compiled kernel: its pipeline and the manifest that says how to launch it.
@@ -73,6 +76,8 @@ fn push_size(m: &Manifest) -> Result<u32, GpuError> {
 
 pub struct Kernel {
     manifest: Manifest,
+    /// Whether the load compiled nothing: the SPIR-V and the driver's pipeline cache both hit.
+    cache_hit: bool,
     main: Pipeline,
     /// `gpu::DeviceTree::GLSL`'s pipeline (bindings 0: the partials, 1: the tree's rows).
     tree: Pipeline,
@@ -149,6 +154,11 @@ enum Mem {
 }
 
 impl Kernel {
+    /// Whether the load compiled nothing (SPIR-V and pipeline cache both from the cache).
+    pub fn cache_hit(&self) -> bool {
+        self.cache_hit
+    }
+
     /// Where this kernel's runs spent their time so far.
     pub fn timings(&self) -> gpu::Timings {
         self.clock.read()
@@ -263,6 +273,16 @@ fn pick(entry: &ash::Entry, instance: ash::Instance) -> Result<Device, GpuError>
     let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut driver_props);
     // SAFETY: Vulkan 1.1 instance; the chain is well formed.
     unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+    let p = props2.properties;
+    let uuid: String = p
+        .pipeline_cache_uuid
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let cache_id = format!(
+        "{:04x}:{:04x} driver {:#x} uuid {uuid}",
+        p.vendor_id, p.device_id, p.driver_version
+    );
     let driver = driver_props
         .driver_name_as_c_str()
         .map(|c| c.to_string_lossy().into_owned())
@@ -272,6 +292,7 @@ fn pick(entry: &ash::Entry, instance: ash::Instance) -> Result<Device, GpuError>
     } else {
         driver
     };
+
     let priorities = [1.0f32];
     let queues = [vk::DeviceQueueCreateInfo::default()
         .queue_family_index(queue_family)
@@ -309,6 +330,7 @@ fn pick(entry: &ash::Entry, instance: ash::Instance) -> Result<Device, GpuError>
         driver,
         max_groups_x,
         memory,
+        cache_id,
     })
 }
 
@@ -382,17 +404,43 @@ impl Device {
         }
         let buffers = buffer_bindings(manifest)?;
         let push_size = push_size(manifest)?;
-        let spirv = compile_glsl(source, &manifest.entry_point, &self.describe())?;
-        let tree_spirv = compile_glsl(gpu::DeviceTree::GLSL, "main", &self.describe())?;
-        let main = self.pipeline(&spirv, buffers.map(|(b, _)| b), push_size)?;
-        let tree = match self.pipeline(&tree_spirv, [0, 1], 16) {
-            Ok(t) => t,
-            Err(e) => {
-                self.destroy_pipeline(&main);
-                return Err(e);
+        let (spirv, spirv_hit) = spirv_of(source, &manifest.entry_point, &self.describe())?;
+        let (tree_spirv, _) = spirv_of(gpu::DeviceTree::GLSL, "main", &self.describe())?;
+        // The driver's own compile of the SPIR-V (90 ms for a reverse kernel on an H100's first
+        // dispatch) is kept too: a VkPipelineCache per (device, driver, SPIR-V), persisted in
+        // nablac's cache. A load is a cache hit only when neither glslang nor the driver compiled.
+        let words = |w: &[u32]| w.iter().map(|x| format!("{x:08x}")).collect::<String>();
+        let key = cache::key(
+            "vk-pipeline-cache",
+            &self.cache_id,
+            &[],
+            &(words(&spirv) + &words(&tree_spirv)),
+        );
+        let initial = cache::get(&key, "vkpc");
+        let pipeline_hit = initial.is_some();
+        let pc = self.pipeline_cache(initial.as_deref().unwrap_or(&[]))?;
+        let built = self
+            .pipeline(pc, &spirv, buffers.map(|(b, _)| b), push_size)
+            .and_then(|main| match self.pipeline(pc, &tree_spirv, [0, 1], 16) {
+                Ok(tree) => Ok((main, tree)),
+                Err(e) => {
+                    self.destroy_pipeline(&main);
+                    Err(e)
+                }
+            });
+        if built.is_ok() && !pipeline_hit {
+            // SAFETY: `pc` is this device's live pipeline cache.
+            if let Ok(data) = unsafe { self.device.get_pipeline_cache_data(pc) } {
+                if !data.is_empty() {
+                    cache::put(&key, "vkpc", &data);
+                }
             }
-        };
+        }
+        // SAFETY: the pipelines made from it do not need it to live on.
+        unsafe { self.device.destroy_pipeline_cache(pc, None) };
+        let (main, tree) = built?;
         Ok(Kernel {
+            cache_hit: spirv_hit && pipeline_hit,
             manifest: manifest.clone(),
             main,
             tree,
@@ -403,10 +451,23 @@ impl Device {
         })
     }
 
+    /// A pipeline cache seeded with `data` (a driver ignores data of another device or version).
+    fn pipeline_cache(&self, data: &[u8]) -> Result<vk::PipelineCache, GpuError> {
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(data);
+        // SAFETY: valid create info; the caller destroys the cache.
+        match unsafe { self.device.create_pipeline_cache(&info, None) } {
+            Ok(pc) => Ok(pc),
+            // Data the driver refuses outright: start empty.
+            Err(_) if !data.is_empty() => self.pipeline_cache(&[]),
+            Err(e) => Err(self.err("vkCreatePipelineCache", e)),
+        }
+    }
+
     /// A compute pipeline of `spirv` (entry `main`) over two storage buffers at `bindings` and
-    /// `push_size` bytes of push constants.
+    /// `push_size` bytes of push constants, built through pipeline cache `pc`.
     fn pipeline(
         &self,
+        pc: vk::PipelineCache,
         spirv: &[u32],
         bindings: [u32; 2],
         push_size: u32,
@@ -459,8 +520,7 @@ impl Device {
             let info = [vk::ComputePipelineCreateInfo::default()
                 .stage(stage)
                 .layout(layout)];
-            let pipeline = match d.create_compute_pipelines(vk::PipelineCache::null(), &info, None)
-            {
+            let pipeline = match d.create_compute_pipelines(pc, &info, None) {
                 Ok(p) => p[0],
                 Err((_, e)) => {
                     d.destroy_pipeline_layout(layout, None);
@@ -986,6 +1046,11 @@ impl Drop for Device {
 
 /// GLSL → SPIR-V words through glslangValidator, cached on (source, device, glslang version).
 pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>, GpuError> {
+    spirv_of(source, entry, device).map(|(words, _)| words)
+}
+
+/// [`compile_glsl`], and whether the SPIR-V came from the cache.
+fn spirv_of(source: &str, entry: &str, device: &str) -> Result<(Vec<u32>, bool), GpuError> {
     let tool = std::env::var("NABLAC_GLSLANG").unwrap_or_else(|_| "glslangValidator".into());
     let key = cache::key(
         "spirv-vulkan1.1",
@@ -994,12 +1059,12 @@ pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>,
         source,
     );
     let _ = device; // SPIR-V does not depend on the device; the driver compiles it at pipeline creation.
-    let bytes = match cache::get(&key, "spv") {
-        Some(b) => b,
+    let (bytes, hit) = match cache::get(&key, "spv") {
+        Some(b) => (b, true),
         None => {
             let b = run_glslang(&tool, source, entry, device)?;
             cache::put(&key, "spv", &b);
-            b
+            (b, false)
         }
     };
     if bytes.len() % 4 != 0
@@ -1017,7 +1082,7 @@ pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>,
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    Ok(preserve_signed_zeros_at_every_width(words))
+    Ok((preserve_signed_zeros_at_every_width(words), hit))
 }
 
 /// SPIR-V's `OpExecutionMode` opcode, the `SignedZeroInfNanPreserve` mode and the `Float64`

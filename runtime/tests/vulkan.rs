@@ -166,3 +166,38 @@ fn signed_zeros_are_kept_at_both_widths() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+/// A load is a cache hit only when nothing was compiled: SPIR-V already cached (as when it was
+/// carried to a fresh GPU machine) but no pipeline cache for this device is a miss, since the
+/// driver still compiles (issue 26: `cache_hit: true` and a 90.7 ms first dispatch on an H100);
+/// the second load, with the driver's pipeline cache kept, is a hit. The source is unique to
+/// this run, so no other test's entries count.
+#[test]
+fn a_load_hits_the_cache_only_when_the_driver_compiles_nothing_either() {
+    let Some(d) = device() else { return };
+    // Unique to this test and this run, so no entry on disk counts.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    // (in the code: the pipeline cache is keyed on the SPIR-V, which drops comments; pc.zero is 0).
+    let nonce = 1 + (nanos as u32 ^ std::process::id()) % 0x7fff_ffff;
+    let src = SRC.replace(
+        "    for (uint m",
+        &format!("    if (pc.zero == {nonce}u) sh[lid] = 0.0lf;\n    for (uint m"),
+    );
+    assert_ne!(src, SRC);
+    vulkan::compile_glsl(&src, "main", "test").unwrap();
+    let first = d.load(&src, &manifest()).unwrap();
+    assert!(
+        !first.cache_hit(),
+        "SPIR-V cached, pipeline not: the driver compiled"
+    );
+    let second = d.load(&src, &manifest()).unwrap();
+    assert!(
+        second.cache_hit(),
+        "SPIR-V and the pipeline cache both kept"
+    );
+    d.destroy_kernel(&first);
+    d.destroy_kernel(&second);
+}
