@@ -129,7 +129,10 @@ fn expr<'ctx>(v: &V<'_, 'ctx>, e: &Expr, x: &[Option<Vv<'ctx>>; 4]) -> R<Vv<'ctx
                 Factor::Times => (v.mul(y, z)?, v.cmp(FloatPredicate::OEQ, z, zero)?),
                 Factor::Over => {
                     let size = v.fabs(z)?;
-                    (v.div(y, z)?, v.cmp(FloatPredicate::OEQ, size, v.splat(f64::INFINITY))?)
+                    (
+                        v.div(y, z)?,
+                        v.cmp(FloatPredicate::OEQ, size, v.splat(f64::INFINITY))?,
+                    )
                 }
             };
             v.select(v.or(y_zero, z_kills)?, zero, r)?

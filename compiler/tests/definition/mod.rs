@@ -237,8 +237,8 @@ pub fn path(tape: &Tape, inputs: &[f64], seed: u64, p: u64, v: Variates) -> Path
                         }
                         UnaryOp::Tanh => d[ia] += times(di, 1.0 - c * c),
                         UnaryOp::Ncdf => {
-                            d[ia] +=
-                                times(di, (-va * va / 2.0).exp()) / (2.0 * std::f64::consts::PI).sqrt()
+                            d[ia] += times(di, (-va * va / 2.0).exp())
+                                / (2.0 * std::f64::consts::PI).sqrt()
                         }
                     }
                 }
