@@ -482,7 +482,6 @@ fn explain_reports_the_plan() {
     );
 }
 
-/// A run's JSON without its `timings` (which differ from run to run, unlike the results).
 /// Issue 26's hostile-test tapes: forward and reverse mode disagreed about which paths are
 /// non-finite (value -800 against NaN; 16 non-finite paths against none). With the strong zero
 /// (TAPE-FORMAT.md) both modes give the same report on both CPU back ends, and tape 1's path

@@ -27,7 +27,9 @@
 //! one side of an infinite one gives 0 * inf = NaN in one order and 0 in the other (an adjoint 0
 //! reaching `exp`'s infinite partial; a tangent -inf reaching `tanh`'s 0 partial), so the two
 //! modes disagreed about which paths are non-finite. With the strong zero a path through a zero
-//! partial contributes 0 in both orders (TAPE-FORMAT.md, the adjoint rules).
+//! partial contributes 0 in both orders (TAPE-FORMAT.md, the adjoint rules). Left over, as
+//! TAPE-FORMAT.md states: infinite contributions that cancel in a sum (sqrt(x - x)), and products
+//! that overflow in one order only.
 //!
 //! | op | value | adjoint |
 //! |---|---|---|
@@ -200,14 +202,6 @@ pub enum Factor {
 }
 
 impl Factor {
-    /// The IEEE operation it is where no factor is zero.
-    pub fn arith(self) -> Arith {
-        match self {
-            Factor::Times => Arith::Mul,
-            Factor::Over => Arith::Div,
-        }
-    }
-
     /// Is `x ⊙ y` (`x ⊘ y`) 0 by the strong zero? Every back end tests these same conditions.
     pub fn strong_zero<T: Real>(self, x: T, y: T) -> bool {
         let zero = T::of(0.0);

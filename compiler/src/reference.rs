@@ -71,7 +71,7 @@ impl Float for f32 {
 }
 
 /// The operands of `node` given every forward value `v` (absent arguments: 0).
-fn operands<T: Float>(node: &Node, v: &[T], c: T, d: T) -> Operands<T> {
+pub(crate) fn operands<T: Float>(node: &Node, v: &[T], c: T, d: T) -> Operands<T> {
     let mut args = node.args().map(|a| v[a.index()]);
     let zero = T::of(0.0);
     Operands {
@@ -82,7 +82,8 @@ fn operands<T: Float>(node: &Node, v: &[T], c: T, d: T) -> Operands<T> {
     }
 }
 
-fn forward<T: Float>(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Vec<T> {
+/// Every node's forward value on path `path`.
+pub(crate) fn forward<T: Float>(tape: &Tape, inputs: &[f64], seed: u64, path: u64) -> Vec<T> {
     let mut v: Vec<T> = Vec::with_capacity(tape.nodes.len());
     let zero = T::of(0.0);
     for node in &tape.nodes {

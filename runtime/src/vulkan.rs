@@ -292,7 +292,6 @@ fn pick(entry: &ash::Entry, instance: ash::Instance) -> Result<Device, GpuError>
     } else {
         driver
     };
-
     let priorities = [1.0f32];
     let queues = [vk::DeviceQueueCreateInfo::default()
         .queue_family_index(queue_family)
@@ -404,30 +403,32 @@ impl Device {
         }
         let buffers = buffer_bindings(manifest)?;
         let push_size = push_size(manifest)?;
-        let (spirv, spirv_hit) = spirv_of(source, &manifest.entry_point, &self.describe())?;
-        let (tree_spirv, _) = spirv_of(gpu::DeviceTree::GLSL, "main", &self.describe())?;
+        let spirv = spirv_of(source, &manifest.entry_point, &self.describe())?;
+        let tree_spirv = spirv_of(gpu::DeviceTree::GLSL, "main", &self.describe())?;
         // The driver's own compile of the SPIR-V (90 ms for a reverse kernel on an H100's first
         // dispatch) is kept too: a VkPipelineCache per (device, driver, SPIR-V), persisted in
-        // nablac's cache. A load is a cache hit only when neither glslang nor the driver compiled.
-        let words = |w: &[u32]| w.iter().map(|x| format!("{x:08x}")).collect::<String>();
+        // nablac's cache, keyed on the two SPIR-V entries' keys (the SPIR-V is a function of
+        // them). A load is a cache hit only when neither glslang nor the driver compiled.
         let key = cache::key(
             "vk-pipeline-cache",
             &self.cache_id,
-            &[],
-            &(words(&spirv) + &words(&tree_spirv)),
+            &[spirv.key.clone(), tree_spirv.key.clone()],
+            "",
         );
         let initial = cache::get(&key, "vkpc");
         let pipeline_hit = initial.is_some();
         let pc = self.pipeline_cache(initial.as_deref().unwrap_or(&[]))?;
         let built = self
-            .pipeline(pc, &spirv, buffers.map(|(b, _)| b), push_size)
-            .and_then(|main| match self.pipeline(pc, &tree_spirv, [0, 1], 16) {
-                Ok(tree) => Ok((main, tree)),
-                Err(e) => {
-                    self.destroy_pipeline(&main);
-                    Err(e)
-                }
-            });
+            .pipeline(pc, &spirv.words, buffers.map(|(b, _)| b), push_size)
+            .and_then(
+                |main| match self.pipeline(pc, &tree_spirv.words, [0, 1], 16) {
+                    Ok(tree) => Ok((main, tree)),
+                    Err(e) => {
+                        self.destroy_pipeline(&main);
+                        Err(e)
+                    }
+                },
+            );
         if built.is_ok() && !pipeline_hit {
             // SAFETY: `pc` is this device's live pipeline cache.
             if let Ok(data) = unsafe { self.device.get_pipeline_cache_data(pc) } {
@@ -440,7 +441,7 @@ impl Device {
         unsafe { self.device.destroy_pipeline_cache(pc, None) };
         let (main, tree) = built?;
         Ok(Kernel {
-            cache_hit: spirv_hit && pipeline_hit,
+            cache_hit: spirv.hit && pipeline_hit,
             manifest: manifest.clone(),
             main,
             tree,
@@ -1046,11 +1047,18 @@ impl Drop for Device {
 
 /// GLSL → SPIR-V words through glslangValidator, cached on (source, device, glslang version).
 pub fn compile_glsl(source: &str, entry: &str, device: &str) -> Result<Vec<u32>, GpuError> {
-    spirv_of(source, entry, device).map(|(words, _)| words)
+    spirv_of(source, entry, device).map(|s| s.words)
 }
 
-/// [`compile_glsl`], and whether the SPIR-V came from the cache.
-fn spirv_of(source: &str, entry: &str, device: &str) -> Result<(Vec<u32>, bool), GpuError> {
+/// SPIR-V words, the cache key they are kept under, and whether they came from the cache.
+struct Spirv {
+    words: Vec<u32>,
+    key: String,
+    hit: bool,
+}
+
+/// [`compile_glsl`], with its cache key and whether it hit.
+fn spirv_of(source: &str, entry: &str, device: &str) -> Result<Spirv, GpuError> {
     let tool = std::env::var("NABLAC_GLSLANG").unwrap_or_else(|_| "glslangValidator".into());
     let key = cache::key(
         "spirv-vulkan1.1",
@@ -1082,7 +1090,11 @@ fn spirv_of(source: &str, entry: &str, device: &str) -> Result<(Vec<u32>, bool),
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    Ok((preserve_signed_zeros_at_every_width(words), hit))
+    Ok(Spirv {
+        words: preserve_signed_zeros_at_every_width(words),
+        key,
+        hit,
+    })
 }
 
 /// SPIR-V's `OpExecutionMode` opcode, the `SignedZeroInfNanPreserve` mode and the `Float64`

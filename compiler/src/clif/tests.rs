@@ -388,6 +388,63 @@ fn extreme_input() -> impl proptest::strategy::Strategy<Value = f64> {
     ]
 }
 
+/// Does the chain rule for node `out` on `path` add an infinity to one of the other sign (a NaN
+/// from a sum, not from a product), in reverse mode's adjoints or in forward mode's tangents?
+/// The reference's sweeps (ops::eval_step, the strong zero included) with every accumulation
+/// checked; forward mode runs one direction per input, through differentiable nodes only.
+fn infinities_cancel(tape: &Verified, inputs: &[f64], seed: u64, path: u64, out: usize) -> bool {
+    use crate::ops::{self, Arg};
+    use crate::reference::{forward, operands};
+    let v = forward::<f64>(tape, inputs, seed, path);
+    let cancels = |sum: f64, delta: f64| sum.is_infinite() && delta.is_infinite() && sum != delta;
+    let rule_of = |n: &Node| ops::rule(n.op()).filter(|r| r.is_differentiable());
+    // Reverse: adjoints from `out` down.
+    let mut adj = vec![0.0f64; out + 1];
+    adj[out] = 1.0;
+    let mut found = false;
+    for i in (0..=out).rev() {
+        let Some(rule) = rule_of(&tape.nodes[i]) else {
+            continue;
+        };
+        let x = operands(&tape.nodes[i], &v, v[i], adj[i]);
+        let args: Vec<usize> = tape.nodes[i].args().map(|a| a.index()).collect();
+        for step in rule.adjoint {
+            ops::eval_step(step, &x, &mut |arg: Arg, sub, delta| {
+                let j = args[arg.index()];
+                let delta = if sub { -delta } else { delta };
+                found |= cancels(adj[j], delta);
+                adj[j] += delta;
+            });
+        }
+    }
+    // Forward: each input's tangents up to `out`.
+    for input in 0..tape.inputs.len() {
+        let mut t = vec![0.0f64; out + 1];
+        for i in 0..=out {
+            let node = &tape.nodes[i];
+            if let Node::Input(k) = *node {
+                t[i] = f64::from(u8::from(k as usize == input));
+                continue;
+            }
+            let Some(rule) = rule_of(node) else { continue };
+            let args: Vec<usize> = node.args().map(|a| a.index()).collect();
+            for (k, &j) in args.iter().enumerate() {
+                let x = operands(node, &v, v[i], t[j]);
+                for step in rule.adjoint {
+                    ops::eval_step(step, &x, &mut |arg: Arg, sub, delta| {
+                        if arg.index() == k {
+                            let delta = if sub { -delta } else { delta };
+                            found |= cancels(t[i], delta);
+                            t[i] += delta;
+                        }
+                    });
+                }
+            }
+        }
+    }
+    found
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
 
@@ -395,7 +452,12 @@ proptest::proptest! {
     /// forward and reverse mode (and the f64 reference, which reads the same rules) leave out the
     /// same paths of every output, and price the rest with the same bits. Before the strong zero
     /// (ops.rs, chain factors) they disagreed on 7 of 300 such tapes: 0 * inf in a derivative
-    /// product is NaN in one order of the chain rule and 0 in the other.
+    /// product is NaN in one order of the chain rule and 0 in the other. The one disagreement
+    /// left is TAPE-FORMAT.md's stated exception, infinite contributions that cancel: at
+    /// sqrt(x - x) forward mode's tangent of x - x is 0 before it meets sqrt's infinite partial
+    /// (0), while reverse mode sends that partial down both arguments and adds inf - inf (NaN).
+    /// A path where the modes differ must show such a sum ([`infinities_cancel`]), or the test
+    /// fails.
     #[test]
     fn forward_and_reverse_leave_out_the_same_paths_at_extreme_inputs(
         tape in crate::testing::arb_tape(),
@@ -415,12 +477,54 @@ proptest::proptest! {
                 let at = (p * v.outputs.len() + o) * width;
                 let (a, b) = (&fwd[at..at + width], &rev[at..at + width]);
                 let want = &reference[o * width..(o + 1) * width];
-                proptest::prop_assert_eq!(a[width - 1], b[width - 1], "path {} output {}: forward and reverse differ on finiteness\n{:?}\n{:?}\ninputs {:?}\n{}", p, o, a, b, inputs, crate::format::write_text(&tape));
+                if a[width - 1] != b[width - 1] {
+                    let node = v.outputs[o].node.index();
+                    proptest::prop_assert!(infinities_cancel(&v, &inputs, 3, p as u64, node), "path {} output {}: forward and reverse differ on finiteness, and no infinities cancel\n{:?}\n{:?}\ninputs {:?}\n{}", p, o, a, b, inputs, crate::format::write_text(&tape));
+                    continue;
+                }
                 proptest::prop_assert_eq!(b[width - 1], want[width - 1], "path {} output {}: reverse and the reference differ\n{:?}\n{:?}\ninputs {:?}\n{}", p, o, b, want, inputs, crate::format::write_text(&tape));
                 proptest::prop_assert_eq!(a[0].to_bits(), b[0].to_bits(), "path {} output {}: values", p, o);
             }
         }
     }
+}
+
+/// TAPE-FORMAT.md's one exception to "both modes leave out the same paths": at sqrt(x - x) the
+/// forward tangent of x - x is 0 before it meets sqrt's infinite partial at 0 (strong zero: 0),
+/// while the reverse sweep carries the infinite partial down both arguments of the difference
+/// and adds inf - inf. `infinities_cancel`, the property test's only escape, sees that sum here,
+/// and not on a tape whose infinity meets only a zero factor (the repro tape's min(tanh(exp|x|), x)).
+#[test]
+fn infinities_that_cancel_are_the_one_disagreement_left() {
+    use BinaryOp::*;
+    let mut b = B::default();
+    let x = b.input("x", 1.0);
+    let d = b.bin(Add, x, x);
+    let zero = b.bin(Sub, d, d);
+    let y = b.un(UnaryOp::Sqrt, zero);
+    b.out("y", y);
+    let tape = b.finish();
+    let (_, f) = kernel(&tape, opts(Mode::Forward, Precision::F64));
+    let (_, r) = kernel(&tape, opts(Mode::Reverse, Precision::F64));
+    let (fwd, rev) = (run_rows(&f, &[1.0], 3, 0, 1), run_rows(&r, &[1.0], 3, 0, 1));
+    // value, value_sq, greek, greek_sq, non_finite
+    assert_eq!(
+        (fwd[2], fwd[4]),
+        (0.0, 0.0),
+        "forward: d sqrt(x - x) / dx = 0 * inf = 0"
+    );
+    assert_eq!(rev[4], 1.0, "reverse: inf - inf, the path is left out");
+    assert!(infinities_cancel(&tape, &[1.0], 3, 0, y.index()));
+
+    let mut b = B::default();
+    let x = b.input("x", -800.0);
+    let a = b.un(UnaryOp::Abs, x);
+    let e = b.un(UnaryOp::Exp, a);
+    let t = b.un(UnaryOp::Tanh, e);
+    let m = b.bin(Min, t, x);
+    b.out("m", m);
+    let tape = b.finish();
+    assert!(!infinities_cancel(&tape, &[-800.0], 3, 0, m.index()));
 }
 
 #[test]

@@ -290,15 +290,10 @@ impl<'a> Body<'a> {
             let x = [x[0].clone(), x[1].clone(), x[2].clone(), self.operand(d)];
             let (text, prec) = self.expr(&acc.expr, &x);
             let factors = match acc.expr {
-                Expr::Arith(Arith::Mul, y, z) => Some(Factors {
+                Expr::Arith(Arith::Mul, y, z) | Expr::Chain(Factor::Times, y, z) => Some(Factors {
                     y: self.expr(y, &x),
                     z: self.expr(z, &x).0,
-                    chain: false,
-                }),
-                Expr::Chain(Factor::Times, y, z) => Some(Factors {
-                    y: self.expr(y, &x),
-                    z: self.expr(z, &x).0,
-                    chain: true,
+                    chain: matches!(acc.expr, Expr::Chain(..)),
                 }),
                 _ => None,
             };
@@ -535,20 +530,6 @@ impl<'a> Body<'a> {
         };
         self.stmts(&mut out, &self.schedule.body);
         out.lines.join("\n")
-    }
-
-    /// Does an adjoint or tangent statement use a chain factor (`Dialect::chain_helpers`)?
-    pub fn uses_chain_factors(&self) -> bool {
-        let mut used = false;
-        self.schedule.walk(&mut |s| {
-            let rule = match s {
-                Stmt::Adjoint(a) => a.rule,
-                Stmt::Tangent(t) => t.rule,
-                _ => return,
-            };
-            rule.visit(&mut |e| used |= matches!(e, Expr::Chain(..)));
-        });
-        used
     }
 
     /// The math functions the kernel's rules call (in `MathFn` order, each once).

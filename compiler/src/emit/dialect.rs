@@ -184,18 +184,19 @@ impl Dialect {
         }
     }
 
-    /// Definitions of the helper functions the language lacks, for the rule functions `used`
-    /// (GLSL's `nablac_tanh` and `nablac_erfc`, f32 only), or nothing.
-    pub fn helpers(&self, used: &[MathFn]) -> String {
-        if self.target != Target::Glsl {
-            return String::new();
-        }
+    /// Definitions of the helper functions the body calls: those the language lacks for the rule
+    /// functions `used` (GLSL's `nablac_tanh` and `nablac_erfc`, f32 only) and, when `chains`,
+    /// the chain factors in precision `p` ([`Dialect::chain_helpers`]); or nothing.
+    pub fn helpers(&self, used: &[MathFn], chains: bool, p: Precision) -> String {
         let mut out = String::new();
-        if used.contains(&MathFn::Tanh) {
+        if self.target == Target::Glsl && used.contains(&MathFn::Tanh) {
             out.push_str(GLSL_TANH);
         }
-        if used.contains(&MathFn::Erfc) {
+        if self.target == Target::Glsl && used.contains(&MathFn::Erfc) {
             out.push_str(GLSL_ERFC);
+        }
+        if chains {
+            out.push_str(&self.chain_helpers(p));
         }
         out
     }
@@ -204,7 +205,7 @@ impl Dialect {
     /// `chain_mul(x, y)` is `x * y` but 0 when x or y is 0, `chain_div(x, y)` is `x / y` but 0
     /// when x is 0 or y infinite, whatever the other operand, and `chain_fma(x, y, z)` is
     /// `fma(x, y, z)` but z when x or y is 0 (a tangent sum's fused term, `emit::body`).
-    pub fn chain_helpers(&self, p: Precision) -> String {
+    fn chain_helpers(&self, p: Precision) -> String {
         let (t, q, zero) = (real(p), self.fn_qual, self.literal(0.0, p));
         let fma = self.math(MathFn::Fma, p);
         // GLSL's `precise` does not reach into a called function: the product is declared so.

@@ -186,11 +186,7 @@ pub(super) fn render(body: &Body<'_>, opts: &EmitOptions) -> Result<String, Emit
         scratch: body.schedule.strategy == Checkpoint::Scratch,
         opaque: body.schedule.uses_opaque(),
         opaque_exp: body.schedule.opaque_math,
-        helpers: if body.uses_chain_factors() {
-            d.helpers(&body.math_used()) + &d.chain_helpers(p)
-        } else {
-            d.helpers(&body.math_used())
-        },
+        helpers: d.helpers(&body.math_used(), body.schedule.uses_chain_factors(), p),
         draws: normal || uniform,
         normal,
         uniform,

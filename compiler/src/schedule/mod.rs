@@ -819,6 +819,21 @@ impl Schedule {
         rules
     }
 
+    /// Does an adjoint or tangent statement use a chain factor (`ops::Expr::Chain`; the C-like
+    /// kernels then define `Dialect::helpers`' chain_mul, chain_div and chain_fma)?
+    pub fn uses_chain_factors(&self) -> bool {
+        let mut used = false;
+        self.walk(&mut |s| {
+            let rule = match s {
+                Stmt::Adjoint(a) => a.rule,
+                Stmt::Tangent(t) => t.rule,
+                _ => return,
+            };
+            rule.visit(&mut |e| used |= matches!(e, Expr::Chain(..)));
+        });
+        used
+    }
+
     /// Does some rule of the kernel call `f`, or `pow` when `f` is `None`?
     pub fn calls(&self, f: Option<Fun>) -> bool {
         self.rules().iter().any(|rule| {
