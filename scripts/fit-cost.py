@@ -35,6 +35,9 @@ TAPES = {
     "buckets24": "scripts/bucketed-asian.py --steps 252 --buckets 24",
     "buckets36": "scripts/bucketed-asian.py --steps 252 --buckets 36",
     "buckets52": "scripts/bucketed-asian.py --steps 252 --buckets 52",
+    # User-style tapes (issue 26, point 7): the model must hold on them too.
+    "barrier-basket": "scripts/user-tapes.py barrier-basket",
+    "autocallable": "scripts/user-tapes.py autocallable",
 }
 FEATURES = ["draws", "ops", "heavy", "tangent_ops", "tangent_multiplies", "adjoint_ops", "leaves", "pressure", "spill_traffic"]
 
