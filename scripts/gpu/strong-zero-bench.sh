@@ -77,6 +77,6 @@ for run in cold disk-warm warm; do
   echo "$run rc=$? $(python3 -c 'import json, sys
 j = json.load(open(sys.argv[1]))
 t = j["timings"]
-print(f"device={j[\"device\"]} cache_hit={j[\"cache_hit\"]} load={t[\"load\"]:.4f} s run={t[\"run\"]:.4f} s device_time={t.get(\"device\")}")' "$out/vulkan-$run.json" 2>&1)" | tee -a "$out/vulkan.txt"
+print("device=%s cache_hit=%s load=%.4f s run=%.4f s device_time=%s" % (j["device"], j["cache_hit"], t["load"], t["run"], t.get("device")))' "$out/vulkan-$run.json" 2>&1)" | tee -a "$out/vulkan.txt"
 done
 ls -la "$NABLAC_CACHE_DIR" | tee -a "$out/vulkan.txt"
