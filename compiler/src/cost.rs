@@ -236,12 +236,13 @@ pub const H200: CostModel = CostModel {
 };
 
 /// Fitted by `NABLAC=target/release/nablac python3 scripts/fit-cost.py --measure-cpu cpu.txt
-/// --paths 16384` (and again with `--paths 65536`), then `--fit cpu` on both files at once, on
-/// this machine (times in `scripts/fit-data/cpu-2026-12-07.txt`; 2 vCPU AMD EPYC Zen 4 with AVX-512, the LLVM back end's 8 f64 lanes), f64, one
-/// thread, 2026-12-07 (BENCHMARKS.md): eleven tapes (the benchmark tapes and two user-style
-/// ones, a 2-asset barrier basket and an autocallable) x price, forward and reverse, every
-/// estimate within 14% of its time; the choice is the measured fastest on ten tapes and a tie
-/// (3%) on the eleventh. The nanoseconds are this machine's: elsewhere read the ratios.
+/// --paths 16384` (and again with `--paths 65536`), then `--fit cpu` on both files at once
+/// (`scripts/fit-data/cpu-2026-12-07.txt`), on this machine (2 vCPU AMD EPYC Zen 4 with
+/// AVX-512, the LLVM back end's 8 f64 lanes), f64, one thread, 2026-12-07 (BENCHMARKS.md):
+/// eleven tapes (the benchmark tapes and two user-style ones, a 2-asset barrier basket and an
+/// autocallable) x price, forward and reverse, every estimate within 14% of its time; the
+/// choice is the measured fastest on ten tapes and a tie (3%) on the eleventh. The
+/// nanoseconds are this machine's: elsewhere read the ratios.
 pub const CPU: CostModel = CostModel {
     name: "CPU (LLVM f64, AVX-512 Zen 4, one thread, 2026-12-07)",
     fitted: true,
