@@ -12,21 +12,22 @@ command -v cargo >/dev/null || { echo "error: cargo not found: install Rust (rus
 have_llvm() { [ -x /usr/lib/llvm-14/bin/llvm-config ] && [ -e /usr/lib/llvm-14/lib/libPolly.a ]; }
 features=()
 if ! have_llvm; then
-  sudo=()
+  sudo=() why="not root and no password-less sudo"
   if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo=(sudo); fi
   if [ "$(id -u)" = 0 ] || [ ${#sudo[@]} -gt 0 ]; then
+    why="no apt-get"
     if command -v apt-get >/dev/null; then
       echo "quickstart: installing LLVM 14 (llvm-14-dev libpolly-14-dev) through apt" >&2
       export DEBIAN_FRONTEND=noninteractive
       "${sudo[@]}" apt-get install -y -qq --no-install-recommends llvm-14-dev libpolly-14-dev \
         || { "${sudo[@]}" apt-get update -qq \
              && "${sudo[@]}" apt-get install -y -qq --no-install-recommends llvm-14-dev libpolly-14-dev; } \
-        || true
+        || why="apt-get could not install llvm-14-dev libpolly-14-dev"
     fi
   fi
   if ! have_llvm; then
     echo "quickstart: LLVM 14 with libPolly is not installed and cannot be installed here" \
-      "(not root, no sudo, or no apt): building nablac without it, with the Cranelift CPU back end" \
+      "($why): building nablac without it, with the Cranelift CPU back end" \
       "only (scalar code, the same results). For the vectorised LLVM back end:" \
       "apt-get install llvm-14-dev libpolly-14-dev, then run this again." >&2
     features=(--no-default-features)
