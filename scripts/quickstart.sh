@@ -34,7 +34,7 @@ if ! have_llvm; then
   fi
 fi
 cargo build --release --locked -p nablac-cli "${features[@]}"
-nablac=target/release/nablac
+nablac=${CARGO_TARGET_DIR:-target}/release/nablac  # where cargo put it
 mkdir -p out
 $nablac record asian --steps 252 -o out/asian252.bin
 $nablac inspect out/asian252.bin

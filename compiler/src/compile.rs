@@ -7,6 +7,7 @@
 //! an option a target cannot honour is an error naming both, never a silent substitute.
 
 use crate::clif::ClifError;
+use crate::driver::{Opt, Refusal};
 use crate::emit::{EmitError, EmitOptions, Manifest, Mode, Precision, ScratchLayout, Target};
 use crate::plan::{Checkpoint, Plan, SegmentOptions};
 use crate::verify::Verified;
@@ -212,23 +213,27 @@ pub struct Compiled {
     pub plan: Plan,
 }
 
-/// Why a tape could not be compiled.
+/// Why a tape could not be compiled. The variants that name an option name it by its field
+/// ([`crate::driver::Opt`]); [`CompileError::refusal`] gives their message for a front end to
+/// spell (the CLI as flags).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CompileError {
     /// An option the target cannot honour, whatever the tape.
-    #[error("{option} is not for the {target} target: {why}")]
+    #[error("{}", self.refusal().unwrap_or_else(|| unreachable!()))]
     NotForTarget {
-        option: &'static str,
+        option: Opt,
+        /// The value refused, where the option is refused for one value only.
+        value: Option<&'static str>,
         target: &'static str,
         why: &'static str,
     },
     /// A tape (its ladder's included) over [`LLVM_MAX_NODES`] for the LLVM back end.
-    #[error("the tape has {nodes} nodes (a ladder's copies included) and the LLVM back end takes at most {LLVM_MAX_NODES}: its optimiser's time grows with the square of a dependency chain (100,000 nodes: 10 s, 200,000: 37 s); use --cpu-backend cranelift, the default for larger tapes")]
+    #[error("{}", self.refusal().unwrap_or_else(|| unreachable!()))]
     TooLargeForLlvm { nodes: usize },
     /// A numeric option outside the range it may take.
-    #[error("{option} = {value} is out of range: {range}")]
+    #[error("{}", self.refusal().unwrap_or_else(|| unreachable!()))]
     OutOfRange {
-        option: &'static str,
+        option: Opt,
         value: u64,
         range: &'static str,
     },
@@ -243,6 +248,47 @@ pub enum CompileError {
     #[cfg(feature = "llvm")]
     #[error(transparent)]
     Llvm(#[from] crate::llvm::LlvmError),
+}
+
+impl CompileError {
+    /// The message of an error that names options, for a front end to spell
+    /// ([`crate::driver::Refusal::spell`]); `None` for the rest, whose `Display` names none.
+    pub fn refusal(&self) -> Option<Refusal> {
+        let with = |o: Opt, v: Option<&str>| (o, v.map(str::to_string));
+        Some(match self {
+            CompileError::NotForTarget {
+                option,
+                value,
+                target,
+                why,
+            } => Refusal::new(
+                &format!("{{}} is not for the {target} target: {why}"),
+                &[with(*option, *value)],
+            ),
+            CompileError::TooLargeForLlvm { nodes } => Refusal::new(
+                &format!(
+                    "the tape has {nodes} nodes (a ladder's copies included) and the LLVM back \
+                     end takes at most {LLVM_MAX_NODES}: its optimiser's time grows with the \
+                     square of a dependency chain (100,000 nodes: 10 s, 200,000: 37 s); use {{}}, \
+                     the default for larger tapes"
+                ),
+                &[with(Opt::CpuBackend, Some("cranelift"))],
+            ),
+            CompileError::OutOfRange {
+                option,
+                value,
+                range,
+            } => Refusal::new(
+                &format!("{{}} is out of range: {range}"),
+                &[with(*option, Some(&value.to_string()))],
+            ),
+            CompileError::Ladder(crate::ladder::LadderError::Markets(m)) => Refusal::new(
+                &format!("{{}} is out of range: 1 ..= {}", crate::ladder::MAX_MARKETS),
+                &[with(Opt::Markets, Some(&m.to_string()))],
+            ),
+            _ => return None,
+        })
+    }
 }
 
 /// The most resident workgroups per multiprocessor a launch-bounds hint may ask for (the
@@ -262,17 +308,17 @@ pub(crate) fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
     };
     let s = &opts.segments;
     if let Some(n) = s.segments.filter(|&n| n == 0 || n > MAX_SEGMENTS) {
-        return out("--segments", n, "1 (no checkpointing) ..= 1048576");
+        return out(Opt::Segments, n, "1 (no checkpointing) ..= 1048576");
     }
     if let Some(n) = s.seg_len.filter(|&n| n == 0 || n > MAX_SEGMENTS) {
-        return out("--seg-len", n, "1 ..= 1048576 nodes");
+        return out(Opt::SegLen, n, "1 ..= 1048576 nodes");
     }
     if s.ckpt_nodes == 0 {
-        return out("--ckpt-nodes", 0, "at least 1 node");
+        return out(Opt::CkptNodes, 0, "at least 1 node");
     }
     if let Some(n) = opts.min_blocks.filter(|&n| n > MAX_MIN_BLOCKS) {
         return out(
-            "--min-blocks",
+            Opt::MinBlocks,
             n,
             "0 (no hint) ..= 32 workgroups per multiprocessor",
         );
@@ -292,9 +338,10 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
         }
         None => tape,
     };
-    let refuse = |option, why| {
+    let refuse = |option, value, why| {
         Err(CompileError::NotForTarget {
             option,
+            value,
             target: opts.target.name(),
             why,
         })
@@ -303,17 +350,22 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
         && matches!(opts.target, Target::Glsl | Target::Cpu)
     {
         return refuse(
-            "--checkpoint scratch",
+            Opt::Checkpoint,
+            Some("scratch"),
             "it keeps values in registers (the scratch buffer is for cuda and opencl)",
         );
     }
-    if matches!(opts.min_blocks, Some(n) if n > 0) && opts.target == Target::Cpu {
-        // (The emitter refuses it for OpenCL and GLSL.)
-        return refuse("--min-blocks", "it has no launch bounds (they are CUDA's)");
+    if matches!(opts.min_blocks, Some(n) if n > 0) && opts.target != Target::Cuda {
+        return refuse(
+            Opt::MinBlocks,
+            None,
+            "it has no launch bounds (they are CUDA's)",
+        );
     }
     if opts.cpu_backend == CpuBackend::Llvm && opts.target != Target::Cpu {
         return refuse(
-            "--cpu-backend llvm",
+            Opt::CpuBackend,
+            Some("llvm"),
             "it chooses the back end of CPU code (target cpu)",
         );
     }
@@ -344,7 +396,8 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                 #[cfg(not(feature = "llvm"))]
                 CpuBackend::Llvm => {
                     return refuse(
-                        "--cpu-backend llvm",
+                        Opt::CpuBackend,
+                        Some("llvm"),
                         "this build has no LLVM back end (build nablac with --features llvm)",
                     )
                 }
@@ -469,19 +522,22 @@ mod tests {
             let mut o = CompileOptions::new(target);
             o.segments.strategy = Checkpoint::Scratch;
             let e = compile(&verified(&t), &o).unwrap_err().to_string();
-            assert!(e.contains("--checkpoint scratch is not for the"), "{e}");
+            assert!(e.contains("checkpoint=scratch is not for the"), "{e}");
         }
         let mut o = CompileOptions::new(Target::Cpu);
         o.min_blocks = Some(4);
         assert!(compile(&verified(&t), &o)
             .unwrap_err()
             .to_string()
-            .contains("--min-blocks"));
+            .starts_with("min_blocks is not for the cpu target"));
         let mut o = CompileOptions::new(Target::Opencl);
         o.min_blocks = Some(4);
         assert!(matches!(
             compile(&verified(&t), &o),
-            Err(CompileError::Emit(EmitError::Unsupported { .. }))
+            Err(CompileError::NotForTarget {
+                option: Opt::MinBlocks,
+                ..
+            })
         ));
         // 0 asks for no hint, which every target honours.
         for target in [Target::Cpu, Target::Cuda, Target::Opencl, Target::Glsl] {

@@ -53,7 +53,7 @@ pub struct Ladder {
 /// Why a ladder could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LadderError {
-    #[error("--markets {0} is out of range: 1 ..= {MAX_MARKETS}")]
+    #[error("markets={0} is out of range: 1 ..= {MAX_MARKETS}")]
     Markets(u32),
     #[error("the ladder names {got} inputs' flags for a tape of {want} inputs")]
     Flags { got: usize, want: usize },

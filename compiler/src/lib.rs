@@ -14,6 +14,7 @@ pub mod closed_form;
 pub mod compile;
 pub mod corpus;
 pub mod cost;
+pub mod driver;
 pub mod emit;
 pub mod format;
 pub mod ladder;

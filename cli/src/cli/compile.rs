@@ -1,12 +1,10 @@
 //! `nablac compile TAPE -o FILE [--target T]` (or `nablac TAPE ...`): the main job.
 
 use super::output::Staged;
-use super::{is_stdio, shown, CompileOpts, Given, LayoutArg, ModeArg, PrecisionArg, TargetArg};
+use super::{is_stdio, shown, CompileOpts, Given, TargetArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use nablac::compile::CompileOptions;
-use nablac::emit::{Precision, Target};
-use nablac::plan::SegmentOptions;
+use nablac::emit::Target;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -48,88 +46,6 @@ pub fn target(t: TargetArg) -> Target {
     }
 }
 
-/// The library's compile options for `target` from the command line's.
-pub fn compile_options(target: Target, o: &CompileOpts) -> CompileOptions {
-    let mut c = CompileOptions::new(target);
-    match o.precision {
-        Some(PrecisionArg::F32) => c.precision = Precision::F32,
-        Some(PrecisionArg::F64) => c.precision = Precision::F64,
-        None => {}
-    }
-    c.mode = o.mode.into();
-    c.segments = SegmentOptions {
-        strategy: o.checkpoint.map_or(c.segments.strategy, Into::into),
-        segments: o.segments,
-        ckpt_nodes: o.ckpt_nodes,
-        seg_len: o.seg_len,
-    };
-    c.scratch_layout = match o.scratch_layout {
-        LayoutArg::Soa => nablac::emit::ScratchLayout::Soa,
-        LayoutArg::Aos => nablac::emit::ScratchLayout::Aos,
-    };
-    c.workgroup_size = o.workgroup;
-    c.annotate = o.annotate;
-    c.min_blocks = o.min_blocks;
-    c.greek_stderr = o.greek_stderr;
-    c
-}
-
-/// The ladder `--markets` and `--ladder-inputs` ask for on `tape`, with `laddered` the inputs
-/// `run --ladder` varies (`None`: one market). `run --ladder` without `--markets` gets one
-/// market here; `run` then fuses by the measured rule (`nablac::cost::fused_markets`).
-pub fn ladder_spec(
-    tape: &nablac::tape::Tape,
-    markets: Option<u32>,
-    varying: &[String],
-    laddered: &[&str],
-) -> Result<Option<nablac::ladder::LadderSpec>> {
-    if markets.is_none() && laddered.is_empty() {
-        if !varying.is_empty() {
-            bail!("--ladder-inputs names what varies across fused markets: give --markets M too");
-        }
-        return Ok(None);
-    }
-    let markets = markets.unwrap_or(1);
-    let max = nablac::ladder::MAX_MARKETS;
-    if markets == 0 || markets > max {
-        bail!("--markets {markets} is out of range: 1 ..= {max}");
-    }
-    let names: Vec<&str> = tape.inputs.iter().map(|i| i.name.as_str()).collect();
-    for v in varying {
-        if !names.contains(&v.as_str()) {
-            bail!(
-                "--ladder-inputs {v}: the tape has no input {v} (inputs: {})",
-                names.join(", ")
-            );
-        }
-    }
-    let all = varying.is_empty() && laddered.is_empty();
-    Ok(Some(nablac::ladder::LadderSpec {
-        markets,
-        varying: names
-            .iter()
-            .map(|n| all || varying.iter().any(|v| v == n) || laddered.contains(n))
-            .collect(),
-    }))
-}
-
-/// The library's compile options with `--mode auto` resolved for `tape`, and the ladder of
-/// `--markets` / `--ladder-inputs` (and `laddered`, the inputs `run --ladder` varies).
-pub fn resolved_options(
-    tape: &nablac::verify::Verified,
-    target: Target,
-    o: &CompileOpts,
-    given: &Given,
-    laddered: &[&str],
-) -> Result<CompileOptions> {
-    let mut c = compile_options(target, o);
-    c.ladder = ladder_spec(tape, o.markets, &o.ladder_inputs, laddered)?;
-    if o.mode != ModeArg::Auto || super::honour::checkpointing_asked(o, given) {
-        return Ok(c);
-    }
-    Ok(nablac::cost::choose(tape, &c)?.options)
-}
-
 /// The CPU back end a kernel written to `out` is compiled with: `--cpu-backend`, else the
 /// extension (`.ll` LLVM IR, `.clif` CLIF), else Cranelift. Refused for another target and
 /// where the option contradicts the extension.
@@ -137,18 +53,12 @@ fn cpu_backend(
     target: Target,
     asked: Option<super::run::CpuBackendArg>,
     out: &Path,
-) -> Result<nablac::compile::CpuBackend> {
+) -> Result<Option<nablac::compile::CpuBackend>> {
     use nablac::compile::CpuBackend;
     let asked: Option<CpuBackend> = asked.map(Into::into);
     if target != Target::Cpu {
-        if let Some(b) = asked {
-            bail!(
-                "--cpu-backend {} is for the cpu target, not {}",
-                b.name(),
-                target.name()
-            );
-        }
-        return Ok(CpuBackend::Cranelift);
+        // The driver refuses it, for any other target.
+        return Ok(asked);
     }
     let by_name = match out.extension().and_then(|e| e.to_str()) {
         Some("ll") => Some(CpuBackend::Llvm),
@@ -162,7 +72,7 @@ fn cpu_backend(
             a.name(),
             out.display()
         ),
-        (a, e) => Ok(a.or(e).unwrap_or(CpuBackend::Cranelift)),
+        (a, e) => Ok(Some(a.or(e).unwrap_or(CpuBackend::Cranelift))),
     }
 }
 
@@ -218,13 +128,12 @@ pub fn run(args: &CompileArgs, given: &Given) -> Result<()> {
             );
         }
     }
-    super::honour::check_compile(target, &args.opts, given)?;
+    let mut req = super::honour::request(target, &args.opts, given);
+    req.cpu_backend = cpu_backend;
+    super::honour::check(&req)?;
     let tape = super::load_tape(tape_path)?;
-    let k = resolved_options(&tape, target, &args.opts, given, &[])
-        .and_then(|mut o| {
-            o.cpu_backend = cpu_backend;
-            Ok(nablac::compile::compile(&tape, &o)?)
-        })
+    let (_, k) = nablac::driver::compile(&tape, &req, None)
+        .map_err(super::honour::spelled)
         .with_context(|| format!("cannot compile {}", shown(tape_path, "<stdin>")))?;
     let manifest = serde_json::to_string_pretty(&k.manifest)? + "\n";
     // Files are staged and renamed into place together; standard output is written only once

@@ -101,14 +101,15 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
     if let Some(p) = &args.plot {
         super::check_svg_name(p)?;
     }
-    super::honour::check_segmenting(
-        &super::honour::Segmenting {
-            checkpoint: Some(args.checkpoint),
-            default_checkpoint: CheckpointArg::Registers,
-            segments: args.segments,
-        },
-        given,
-    )?;
+    let req = nablac::driver::Request {
+        checkpoint: Some(args.checkpoint.into()),
+        segments: args.segments,
+        ckpt_nodes: given.has("ckpt_nodes").then_some(args.ckpt_nodes),
+        seg_len: args.seg_len,
+        ..nablac::driver::Request::default()
+    };
+    nablac::driver::check_segmenting(&req, nablac::plan::Checkpoint::Registers)
+        .map_err(super::honour::spelled)?;
     let tape = super::load_tape(&args.tape.tape)?;
     let opts = nablac::plan::SegmentOptions {
         strategy: args.checkpoint.into(),
@@ -144,21 +145,7 @@ fn auto(args: &ExplainArgs, given: &Given) -> Result<()> {
         bail!("--plot draws the checkpoint plan: use it with --mode reverse");
     }
     let target = super::compile::target(args.target.unwrap_or(TargetArg::Cpu));
-    let tape = super::load_tape(&args.tape.tape)?;
-    let mut base = nablac::compile::CompileOptions::new(target);
-    match args.precision {
-        Some(PrecisionArg::F32) => base.precision = nablac::emit::Precision::F32,
-        Some(PrecisionArg::F64) => base.precision = nablac::emit::Precision::F64,
-        None => {}
-    }
-    if target != nablac::emit::Target::Cpu {
-        base.segments = nablac::plan::SegmentOptions {
-            strategy: args.checkpoint.into(),
-            segments: args.segments,
-            ckpt_nodes: args.ckpt_nodes,
-            seg_len: args.seg_len,
-        };
-    } else {
+    if target == nablac::emit::Target::Cpu {
         for (id, flag) in [
             ("segments", "--segments"),
             ("checkpoint", "--checkpoint"),
@@ -170,14 +157,31 @@ fn auto(args: &ExplainArgs, given: &Given) -> Result<()> {
             }
         }
     }
-    let choice = nablac::cost::choose(&tape, &base)?;
+    let tape = super::load_tape(&args.tape.tape)?;
+    // The reverse candidate's plan is the checkpoint options'; the mode is left to the model.
+    let gpu = target != nablac::emit::Target::Cpu;
+    let req = nablac::driver::Request {
+        target: Some(target),
+        precision: args.precision.map(|p| match p {
+            PrecisionArg::F32 => nablac::emit::Precision::F32,
+            PrecisionArg::F64 => nablac::emit::Precision::F64,
+        }),
+        checkpoint: gpu.then(|| args.checkpoint.into()),
+        segments: args.segments.filter(|_| gpu),
+        ckpt_nodes: gpu.then_some(args.ckpt_nodes),
+        seg_len: args.seg_len.filter(|_| gpu),
+        ..nablac::driver::Request::default()
+    };
+    let choice = nablac::cost::choose(&tape, &nablac::driver::base_options(&req))
+        .map_err(super::honour::spelled)?;
+    let precision = choice.options.precision;
     let text = if args.json {
         super::json_text(&choice, false)?
     } else {
         let mut t = nablac::cost::choice_text(&choice).trim_end().to_string();
         if target == nablac::emit::Target::Cpu {
             if let Some(e) = choice.estimates.iter().find(|e| e.kernel == choice.kernel) {
-                t.push_str(&cpu_storage(e.work.storage_slots, base.precision));
+                t.push_str(&cpu_storage(e.work.storage_slots, precision));
             }
         }
         t

@@ -188,15 +188,9 @@ fn is_tape(bytes: &[u8]) -> bool {
             .is_some_and(|l| l.starts_with("nablatape"))
 }
 
-/// Refuses options the target does not use (the compile options are checked with the compile).
+/// Refuses `--threads` where the target does not use it (the compile options, `--cpu-backend`
+/// included, are the driver's to check).
 fn check_target(target: Target, args: &RunArgs) -> Result<()> {
-    if let Some(b) = args.cpu_backend.filter(|_| target != Target::Cpu) {
-        bail!(
-            "--cpu-backend {} is for the cpu target, not {}",
-            CpuBackend::from(b).name(),
-            target.name()
-        );
-    }
     if args.threads.is_some() && target != Target::Cpu {
         bail!(
             "--threads is for the cpu target, not {}: a GPU runs its paths on the device's own \
@@ -230,40 +224,24 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
             );
         }
         let target = asked.unwrap_or(Target::Cpu);
+        let mut req = super::honour::request(target, &args.opts, given);
+        req.cpu_backend = args.cpu_backend.map(CpuBackend::from);
+        super::honour::check(&req)?;
         check_target(target, args)?;
-        super::honour::check_compile(target, &args.opts, given)?;
         let tape = super::parse_tape(&args.input, &bytes)?;
-        let laddered: Vec<&str> = args.ladder.iter().map(|l| l.name.as_str()).collect();
         // Checked before compiling: the names, and the grid's size.
         let names: Vec<String> = tape.inputs.iter().map(|i| i.name.clone()).collect();
         super::ladder::indices(&names, &args.ladder)?;
         let count = super::ladder::count(&args.ladder)?;
-        let mut o = super::compile::resolved_options(&tape, target, &args.opts, given, &laddered)?;
-        if target == Target::Cpu {
-            // The back end the fused-market rule prices the compile of (chosen again below,
-            // for the fused kernel's size).
-            o.cpu_backend = args
-                .cpu_backend
-                .map_or(CpuBackend::fastest(), CpuBackend::from);
-        }
-        if !args.ladder.is_empty() && args.opts.markets.is_none() {
-            // The measured rule: as many markets per kernel as pay, compile time included
-            // (nablac::cost::fused_markets).
-            let (fused, _) = nablac::cost::fused_markets(&tape, &o, count as u32, args.paths)
-                .with_context(|| format!("cannot compile {name}"))?;
-            if let Some(l) = &mut o.ladder {
-                l.markets = fused;
-            }
-        }
-        if target == Target::Cpu {
-            // The fused kernel's tape has at most markets x the nodes.
-            let markets = o.ladder.as_ref().map_or(1, |l| l.markets as usize);
-            let sums = nablac::compile::per_path_sums(&tape, o.mode, markets);
-            o.cpu_backend = args.cpu_backend.map_or(
-                CpuBackend::fastest_for(tape.len().saturating_mul(markets), sums),
-                CpuBackend::from,
-            );
-        }
+        let shape = nablac::driver::Run {
+            laddered: args.ladder.iter().map(|l| l.name.clone()).collect(),
+            markets: count as u32,
+            paths: args.paths,
+        };
+        let o = nablac::driver::options(&tape, &req, Some(&shape))
+            .map_err(super::honour::spelled)
+            .with_context(|| format!("cannot compile {name}"))?
+            .options;
         let what = format!(
             "compiling {name} for {} ({} nodes{})",
             target.name(),
@@ -273,6 +251,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
                 .map_or(String::new(), |l| format!(", {} markets fused", l.markets))
         );
         let k = super::spinner::during(&what, || nablac::compile::compile(&tape, &o))
+            .map_err(super::honour::spelled)
             .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
@@ -299,13 +278,9 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
             );
         }
         check_target(m.target, args)?;
-        if let Some(b) = args.cpu_backend {
-            bail!(
-                "--cpu-backend {} is for a tape: {name} is a kernel, compiled already",
-                CpuBackend::from(b).name()
-            );
-        }
-        super::honour::check_kernel(&name, &m, &args.opts, given)?;
+        let mut req = super::honour::request(m.target, &args.opts, given);
+        req.cpu_backend = args.cpu_backend.map(CpuBackend::from);
+        nablac::driver::check_kernel(&name, &m, &req).map_err(super::honour::spelled)?;
         let src = String::from_utf8(bytes)
             .with_context(|| format!("{name}: kernel source is not UTF-8"))?;
         (src, m)

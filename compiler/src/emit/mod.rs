@@ -186,8 +186,7 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         Some(_) if opts.target != Target::Cuda => {
             return Err(EmitError::Unsupported {
                 target: opts.target.name(),
-                what: "take a resident-workgroups hint (--min-blocks is CUDA's launch bounds)"
-                    .into(),
+                what: "take a resident-workgroups hint (min_blocks is CUDA's launch bounds)".into(),
             })
         }
         _ => {}
