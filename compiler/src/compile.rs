@@ -162,6 +162,7 @@ pub(crate) fn min_blocks(
 }
 
 /// The max_live of the schedule of the kernel `opts` compiles `tape` to under `plan`.
+#[cfg(test)]
 pub(crate) fn max_live(tape: &Verified, opts: &CompileOptions, plan: &Plan) -> u32 {
     let schedule = crate::schedule::Schedule::build(tape, plan, opts.schedule_options());
     crate::schedule::maxlive::max_live(&schedule, tape.len())
@@ -374,23 +375,37 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
     }
     crate::budget::check(tape, opts.mode)?;
     let plan = crate::passes::plan(tape, &opts.segments);
+    // The one schedule every reader of this kernel takes: the printer, max_live.
+    let clif_opts = crate::clif::Options {
+        mode: opts.mode,
+        precision: opts.precision,
+        greek_stderr: opts.greek_stderr,
+    };
+    let schedule = match opts.target {
+        Target::Cpu => crate::clif::plain_schedule(tape, &clif_opts),
+        _ => crate::schedule::Schedule::build(tape, &plan, opts.schedule_options()),
+    };
+    #[cfg(debug_assertions)]
+    crate::schedule::verify::verify(&schedule, tape)
+        .unwrap_or_else(|e| panic!("the schedule of this kernel is not well formed: {e}"));
     let (source, manifest) = match opts.target {
         Target::Cpu => {
             // `emit` checks this for the C-like targets; the CPU lowerings do not go through it.
             crate::emit::check_values_fit(tape, &plan, opts.precision)?;
-            let o = crate::clif::Options {
-                mode: opts.mode,
-                precision: opts.precision,
-                greek_stderr: opts.greek_stderr,
-            };
+            let o = &clif_opts;
             match opts.cpu_backend {
                 CpuBackend::Cranelift => {
-                    let k = crate::clif::emit(tape, &o)?;
+                    let k = crate::clif::emit_schedule(tape, &schedule, o)?;
                     (k.source, k.manifest)
                 }
                 #[cfg(feature = "llvm")]
                 CpuBackend::Llvm => {
-                    let k = crate::llvm::emit(tape, &o)?;
+                    let k = crate::llvm::emit_schedule(
+                        tape,
+                        &schedule,
+                        o,
+                        crate::llvm::lanes(o.precision),
+                    )?;
                     (k.source, k.manifest)
                 }
                 #[cfg(not(feature = "llvm"))]
@@ -404,9 +419,10 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
             }
         }
         target => {
-            let k = crate::emit::emit(
+            let k = crate::emit::emit_schedule(
                 tape,
                 &plan,
+                &schedule,
                 &EmitOptions {
                     target,
                     mode: opts.mode,
@@ -414,7 +430,9 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
                     workgroup_size: opts.workgroup_size,
                     scratch_layout: opts.scratch_layout,
                     annotate: opts.annotate,
-                    min_blocks: min_blocks(opts, &plan, || max_live(tape, opts, &plan)),
+                    min_blocks: min_blocks(opts, &plan, || {
+                        crate::schedule::maxlive::max_live(&schedule, tape.len())
+                    }),
                     greek_stderr: opts.greek_stderr,
                 },
             )?;

@@ -28,7 +28,7 @@ use super::{ClifError, Options};
 use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
+use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -460,16 +460,14 @@ fn literals(schedule: &Schedule) -> Vec<f64> {
 }
 
 /// Lowers a verified tape to the CPU block function (see the `clif` module doc for the ABI).
-pub(super) fn lower(v: &Verified, opts: &Options, name: &str) -> Result<Function, ClifError> {
+pub(super) fn lower(
+    v: &Verified,
+    schedule: &Schedule,
+    opts: &Options,
+    name: &str,
+) -> Result<Function, ClifError> {
     let tape = v.tape();
     let n = tape.len();
-    let schedule = Schedule::plain(
-        v,
-        ScheduleOptions {
-            greek_stderr: opts.greek_stderr,
-            ..ScheduleOptions::new(opts.mode)
-        },
-    );
     let (ty, precision) = match opts.precision {
         Precision::F64 => (types::F64, Precision::F64),
         Precision::F32 => (types::F32, Precision::F32),

@@ -164,10 +164,32 @@ pub fn manifest(v: &Verified, opts: &Options) -> Manifest {
 /// plan: Cranelift's register allocator spills what it must). Same tape and options give the
 /// same bytes.
 pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, ClifError> {
+    emit_schedule(v, &plain_schedule(v, opts), opts)
+}
+
+/// The schedule the CPU code follows: the plain one (no checkpoint segments), with `opts`'s
+/// mode and Greeks' squares. The LLVM back end follows the same.
+pub fn plain_schedule(v: &Verified, opts: &Options) -> crate::schedule::Schedule {
+    crate::schedule::Schedule::plain(
+        v,
+        crate::schedule::ScheduleOptions {
+            greek_stderr: opts.greek_stderr,
+            ..crate::schedule::ScheduleOptions::new(opts.mode)
+        },
+    )
+}
+
+/// [`emit`] lowering `schedule`, which must be [`plain_schedule`]`(v, opts)` (what
+/// `compile::compile` builds once for every reader).
+pub fn emit_schedule(
+    v: &Verified,
+    schedule: &crate::schedule::Schedule,
+    opts: &Options,
+) -> Result<Kernel, ClifError> {
     let tape = v.tape();
     check_size(tape)?;
     let manifest = manifest(v, opts);
-    let function = lower::lower(v, opts, &manifest.entry_point)?;
+    let function = lower::lower(v, schedule, opts, &manifest.entry_point)?;
     // Cranelift's printer, minus its `; v8 = 32` constant annotations (comments to the reader).
     let mut source = String::new();
     for line in function.display().to_string().lines() {

@@ -175,6 +175,26 @@ pub enum EmitError {
 /// with `opts`. Guarantees: never panics; the same arguments give the same bytes; the manifest
 /// lists every parameter of the source in binding order.
 pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, EmitError> {
+    emit_checked(v, plan, opts, None)
+}
+
+/// [`emit`] printing `schedule`, which must be `Schedule::build(v, plan, ..)` with `opts`'s
+/// mode, target and Greeks' squares (what `compile::compile` builds once for every reader).
+pub fn emit_schedule(
+    v: &Verified,
+    plan: &Plan,
+    schedule: &Schedule,
+    opts: &EmitOptions,
+) -> Result<Kernel, EmitError> {
+    emit_checked(v, plan, opts, Some(schedule))
+}
+
+fn emit_checked(
+    v: &Verified,
+    plan: &Plan,
+    opts: &EmitOptions,
+    schedule: Option<&Schedule>,
+) -> Result<Kernel, EmitError> {
     let tape = v.tape();
     let d = Dialect::of(opts.target).ok_or(EmitError::NotAKernelTarget(opts.target.name()))?;
     let wg = opts.workgroup_size;
@@ -211,18 +231,25 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         });
     }
     check_reads(tape, plan, checkpointed).map_err(EmitError::Plan)?;
-    let schedule = Schedule::build(
-        v,
-        plan,
-        ScheduleOptions {
-            mode: opts.mode,
-            opaque_math: crate::passes::opaque_math_arguments(opts.target),
-            greek_stderr: opts.greek_stderr,
-        },
-    );
+    let built;
+    let schedule = match schedule {
+        Some(s) => s,
+        None => {
+            built = Schedule::build(
+                v,
+                plan,
+                ScheduleOptions {
+                    mode: opts.mode,
+                    opaque_math: crate::passes::opaque_math_arguments(opts.target),
+                    greek_stderr: opts.greek_stderr,
+                },
+            );
+            &built
+        }
+    };
     let body = body::Body {
         tape,
-        schedule: &schedule,
+        schedule,
         d,
         p: opts.precision,
         annotate: opts.annotate,
@@ -232,7 +259,7 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
         } else {
             "ulong"
         },
-        fused: body::fused_products(&schedule),
+        fused: body::fused_products(schedule),
     };
     if opts.precision == Precision::F64 {
         let (normal, uniform) = schedule.draws();
@@ -260,7 +287,7 @@ pub fn emit(v: &Verified, plan: &Plan, opts: &EmitOptions) -> Result<Kernel, Emi
     }
     check_values_fit(tape, plan, opts.precision)?;
     let source = skeleton::render(&body, opts)?;
-    let mut manifest = fill::build(v, plan, opts, &schedule)?;
+    let mut manifest = fill::build(v, plan, opts, schedule)?;
     manifest.seal(&source);
     Ok(Kernel { source, manifest })
 }

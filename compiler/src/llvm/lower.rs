@@ -26,7 +26,7 @@ use super::LlvmError;
 use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, ScheduleOptions, Stmt, Tangent, Var};
+use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use inkwell::builder::{Builder, BuilderError};
@@ -509,12 +509,13 @@ fn splat_value<'ctx>(
 pub(super) fn lower<'ctx>(
     cx: &'ctx Context,
     v: &Verified,
+    schedule: &Schedule,
     opts: &crate::clif::Options,
     name: &str,
     lanes: u32,
 ) -> Result<Module<'ctx>, LlvmError> {
     let m = cx.create_module("nablac");
-    build(cx, &m, v, opts, name, lanes).map_err(|e| LlvmError::Build(e.to_string()))?;
+    build(cx, &m, v, schedule, opts, name, lanes).map_err(|e| LlvmError::Build(e.to_string()))?;
     m.verify()
         .map_err(|e| LlvmError::Build(format!("the module does not verify: {e}")))?;
     Ok(m)
@@ -524,19 +525,13 @@ fn build<'ctx>(
     cx: &'ctx Context,
     m: &Module<'ctx>,
     verified: &Verified,
+    schedule: &Schedule,
     opts: &crate::clif::Options,
     name: &str,
     w: u32,
 ) -> R<()> {
     let precision = opts.precision;
     let tape = verified.tape();
-    let schedule = Schedule::plain(
-        verified,
-        ScheduleOptions {
-            greek_stderr: opts.greek_stderr,
-            ..ScheduleOptions::new(opts.mode)
-        },
-    );
     let t = Vt::new(cx, precision == Precision::F64, w);
     let (i64t, i32t) = (cx.i64_type(), cx.i32_type());
     let scalar = if t.f64 {

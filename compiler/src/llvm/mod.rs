@@ -62,10 +62,21 @@ pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, LlvmError> {
 /// [`emit`] with `lanes` paths per vector (a power of two): every width gives each path the
 /// same bits; a width wider than the host's SIMD is split by LLVM, a narrower one wastes it.
 pub fn emit_with_lanes(v: &Verified, opts: &Options, lanes: u32) -> Result<Kernel, LlvmError> {
+    emit_schedule(v, &crate::clif::plain_schedule(v, opts), opts, lanes)
+}
+
+/// [`emit_with_lanes`] printing `schedule`, which must be `clif::plain_schedule(v, opts)` (what
+/// `compile::compile` builds once for every reader).
+pub fn emit_schedule(
+    v: &Verified,
+    schedule: &crate::schedule::Schedule,
+    opts: &Options,
+    lanes: u32,
+) -> Result<Kernel, LlvmError> {
     check_size(v.tape())?;
     let mut manifest = manifest(v, opts);
     let cx = Context::create();
-    let module = lower::lower(&cx, v, opts, &manifest.entry_point, lanes)?;
+    let module = lower::lower(&cx, v, schedule, opts, &manifest.entry_point, lanes)?;
     let source = module.print_to_string().to_string();
     manifest.seal(&source);
     Ok(Kernel { source, manifest })

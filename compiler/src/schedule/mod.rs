@@ -22,6 +22,7 @@
 //! block or in an enclosing one (and is a constant's literal otherwise).
 
 pub mod maxlive;
+pub mod verify;
 
 use crate::emit::manifest::Mode;
 use crate::ops::{self, Expr, Fun, Rule};

@@ -1,0 +1,362 @@
+//! The schedule's verifier, as Cranelift has one for its IR: the rules every printer relies on,
+//! checked on a built [`Schedule`] rather than trusted. `compile::compile` runs it on every
+//! kernel's schedule in debug builds (the tests), and a pass that rewrites a schedule runs it
+//! after itself.
+//!
+//! The rules: every value, opaque copy and tangent a statement reads is defined earlier in its
+//! block or an enclosing one (a block's locals die at its end); a value assigned rather than
+//! declared (`Define { declare: false }`) has its declaration (`Declare`) in an enclosing scope;
+//! every adjoint a seed, a rule application or a leaf touches is declared (`DeclareAdjoints`)
+//! in a visible scope; a scratch slot is read only after its store, and lies within the
+//! kernel's slots; a re-keyed draw follows a `Rekey` in its scope; every draw's index is within
+//! the tape's draws; a leaf squares, and a non-finite count covers, only earlier leaves.
+
+use super::{Def, Key, Leaf, Operand, Schedule, Stmt, Var};
+use crate::tape::NodeId;
+use crate::verify::Verified;
+use std::collections::HashSet;
+
+/// The first rule a schedule breaks, and where (the path of block indices to the statement).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("statement {at}: {what}")]
+pub struct ScheduleError {
+    /// Statement indices from the top, one per enclosing block: `3.12` is statement 12 of the
+    /// block that is statement 3.
+    pub at: String,
+    pub what: String,
+}
+
+#[derive(Default)]
+struct Scope {
+    defined: HashSet<Var>,
+    declared: HashSet<NodeId>,
+    adjoints: HashSet<(NodeId, usize)>,
+    rekeyed: bool,
+}
+
+struct Checker<'a> {
+    scopes: Vec<Scope>,
+    stored: HashSet<u32>,
+    path: Vec<usize>,
+    draws: u32,
+    schedule: &'a Schedule,
+}
+
+impl Checker<'_> {
+    fn fail<T>(&self, what: String) -> Result<T, ScheduleError> {
+        let at = self
+            .path
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(".");
+        Err(ScheduleError { at, what })
+    }
+
+    fn visible(&self, v: Var) -> bool {
+        self.scopes.iter().any(|s| s.defined.contains(&v))
+    }
+
+    fn has_adjoint(&self, node: NodeId, lane: usize) -> bool {
+        self.scopes
+            .iter()
+            .any(|s| s.adjoints.contains(&(node, lane)))
+    }
+
+    fn read(&self, o: Operand, by: &str) -> Result<(), ScheduleError> {
+        match o {
+            Operand::Lit(_) => Ok(()),
+            Operand::Var(v) if self.visible(v) => Ok(()),
+            Operand::Var(v) => self.fail(format!("{by} reads {v:?}, not defined in scope")),
+        }
+    }
+
+    fn adjoint(&self, node: NodeId, lane: usize, by: &str) -> Result<(), ScheduleError> {
+        if lane >= self.schedule.lanes {
+            return self.fail(format!(
+                "{by} names lane {lane} of {node}, past the kernel's {} lanes",
+                self.schedule.lanes
+            ));
+        }
+        if !self.has_adjoint(node, lane) {
+            return self.fail(format!(
+                "{by} touches the adjoint of {node} in lane {lane}, not declared in scope"
+            ));
+        }
+        Ok(())
+    }
+
+    fn top(&mut self) -> &mut Scope {
+        self.scopes.last_mut().expect("a scope")
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) -> Result<(), ScheduleError> {
+        for (i, s) in body.iter().enumerate() {
+            self.path.push(i);
+            self.stmt(s)?;
+            self.path.pop();
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), ScheduleError> {
+        match s {
+            Stmt::Note(_) => {}
+            Stmt::Declare(nodes) => self.top().declared.extend(nodes.iter().copied()),
+            Stmt::Define { node, def, declare } => {
+                match def {
+                    Def::Input(_) => {}
+                    Def::Draw { index, key, .. } => {
+                        if *index >= self.draws {
+                            return self.fail(format!(
+                                "{node} draws index {index}, past the tape's {} draws",
+                                self.draws
+                            ));
+                        }
+                        if *key == Key::Rekeyed && !self.scopes.iter().any(|s| s.rekeyed) {
+                            return self.fail(format!(
+                                "{node} draws under the re-keyed generator, with no Rekey in scope"
+                            ));
+                        }
+                    }
+                    Def::Rule { args, .. } => {
+                        for a in args.iter().flatten() {
+                            self.read(*a, &format!("the definition of {node}"))?;
+                        }
+                    }
+                }
+                let v = Var::Value(*node);
+                if *declare {
+                    self.top().defined.insert(v);
+                } else {
+                    // An assignment defines the value where it was declared.
+                    match self
+                        .scopes
+                        .iter_mut()
+                        .rev()
+                        .find(|s| s.declared.contains(node))
+                    {
+                        Some(scope) => {
+                            scope.defined.insert(v);
+                        }
+                        None => {
+                            return self
+                                .fail(format!("{node} is assigned without a declaration in scope"))
+                        }
+                    }
+                }
+            }
+            Stmt::Spill { node, slot } => {
+                self.read(Operand::Var(Var::Value(*node)), "a spill")?;
+                if *slot >= self.schedule.scratch_slots {
+                    return self.fail(format!(
+                        "{node} spills to slot {slot}, past the kernel's {} scratch slots",
+                        self.schedule.scratch_slots
+                    ));
+                }
+                self.stored.insert(*slot);
+            }
+            Stmt::Rekey => self.top().rekeyed = true,
+            Stmt::OpaqueRead { node, slot } => {
+                match slot {
+                    Some(k) if !self.stored.contains(k) => {
+                        return self.fail(format!(
+                            "the opaque read of {node} loads scratch slot {k} before any store"
+                        ))
+                    }
+                    Some(_) => {}
+                    None => self.read(Operand::Var(Var::Value(*node)), "an opaque read")?,
+                }
+                self.top().defined.insert(Var::Copy(*node));
+            }
+            Stmt::DeclareAdjoints { node, lanes } => {
+                for &l in lanes {
+                    self.top().adjoints.insert((*node, l));
+                    self.adjoint(*node, l, "a declaration")?;
+                }
+            }
+            Stmt::Seed { node, lane } => self.adjoint(*node, *lane, "a seed")?,
+            Stmt::Adjoint(a) => {
+                let by = format!("the adjoint rule of {} in lane {}", a.node, a.lane);
+                for o in a.reads() {
+                    self.read(o, &by)?;
+                }
+                self.adjoint(a.node, a.lane, &by)?;
+                for t in a.to.iter().flatten() {
+                    self.adjoint(*t, a.lane, &by)?;
+                }
+            }
+            Stmt::Tangent(t) => {
+                if t.lane >= self.schedule.lanes {
+                    return self.fail(format!(
+                        "the tangent of {} names lane {}, past the kernel's {} lanes",
+                        t.node, t.lane, self.schedule.lanes
+                    ));
+                }
+                let by = format!("the tangent of {} in lane {}", t.node, t.lane);
+                for o in t.reads() {
+                    self.read(o, &by)?;
+                }
+                self.top().defined.insert(Var::Tangent(t.node, t.lane));
+            }
+            Stmt::Block(b) => {
+                self.scopes.push(Scope::default());
+                self.stmts(&b.body)?;
+                self.scopes.pop();
+            }
+            Stmt::Leaves(leaves) => {
+                for (i, l) in leaves.iter().enumerate() {
+                    match *l {
+                        Leaf::Value(o) => self.read(o, &format!("leaf {i}"))?,
+                        Leaf::Adjoint(node, lane) => {
+                            self.adjoint(node, lane, &format!("leaf {i}"))?
+                        }
+                        Leaf::Square { of, .. } if of >= i => {
+                            return self
+                                .fail(format!("leaf {i} squares leaf {of}, not an earlier one"))
+                        }
+                        Leaf::NonFinite { first, end } if first > end || end > i => {
+                            return self.fail(format!(
+                                "leaf {i} counts leaves {first}..{end}, not a range of earlier ones"
+                            ))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks `schedule`, built for `tape`, against the rules of the module doc: `Err` names the
+/// first statement that breaks one.
+pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError> {
+    let mut c = Checker {
+        scopes: vec![Scope::default()],
+        stored: HashSet::new(),
+        path: Vec::new(),
+        draws: tape.tape().n_draws,
+        schedule,
+    };
+    c.stmts(&schedule.body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emit::Mode;
+    use crate::schedule::{Block, ScheduleOptions};
+
+    fn asian(steps: u32) -> Verified {
+        use crate::products::{record, Market, Options, Product};
+        let o = Options {
+            steps,
+            ..Options::defaults(Product::AsianCall)
+        };
+        crate::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap()).unwrap()
+    }
+
+    /// Every schedule the builder makes passes: plain and checkpointed (both strategies), in
+    /// every mode, on the products and on random tapes.
+    #[test]
+    fn the_builders_schedules_verify() {
+        use crate::plan::{Checkpoint, SegmentOptions};
+        let mut tapes = vec![asian(64), asian(7)];
+        let corpus = crate::corpus::load(&crate::corpus::dir()).unwrap();
+        tapes.extend(corpus.into_iter().map(|c| c.tape));
+        tapes.extend(
+            (0..200)
+                .map(|seed| crate::verify::verify(crate::testing::random_tape(seed, 40)).unwrap()),
+        );
+        for v in &tapes {
+            for mode in [Mode::Price, Mode::Forward, Mode::Reverse] {
+                let o = ScheduleOptions::new(mode);
+                verify(&Schedule::plain(v, o), v).unwrap();
+                for strategy in [Checkpoint::Registers, Checkpoint::Scratch] {
+                    let plan = crate::passes::plan(
+                        v,
+                        &SegmentOptions {
+                            strategy,
+                            segments: Some(4),
+                            ..SegmentOptions::default()
+                        },
+                    );
+                    verify(&Schedule::build(v, &plan, o), v)
+                        .unwrap_or_else(|e| panic!("{mode:?} {strategy:?}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Each rule, broken on purpose, is caught and named.
+    #[test]
+    fn a_broken_schedule_is_caught_where_it_breaks() {
+        use crate::plan::{Checkpoint, SegmentOptions};
+        let v = asian(64);
+        let plan = crate::passes::plan(
+            &v,
+            &SegmentOptions {
+                strategy: Checkpoint::Scratch,
+                segments: Some(4),
+                ..SegmentOptions::default()
+            },
+        );
+        let good = Schedule::build(&v, &plan, ScheduleOptions::new(Mode::Reverse));
+        verify(&good, &v).unwrap();
+        let blocks = || {
+            good.body
+                .iter()
+                .filter(|s| matches!(s, Stmt::Block(_)))
+                .count()
+        };
+        assert_eq!(blocks(), 8, "4 forward and 4 reverse blocks");
+        // A value read after its block closed: move the last reverse block's body first.
+        let first_block = good
+            .body
+            .iter()
+            .position(|s| matches!(s, Stmt::Block(_)))
+            .unwrap();
+        let mut early = good.clone();
+        let last = early
+            .body
+            .iter()
+            .rposition(|s| matches!(s, Stmt::Block(_)))
+            .unwrap();
+        let moved = early.body.remove(last);
+        early.body.insert(first_block, moved);
+        let e = verify(&early, &v).unwrap_err();
+        assert!(
+            e.what.contains("not defined in scope")
+                || e.what.contains("before any store")
+                || e.what.contains("not declared"),
+            "{e}"
+        );
+        // A draw past the tape's draws.
+        let mut far = good.clone();
+        let Some(Stmt::Block(Block { body, .. })) = far.body.get_mut(first_block) else {
+            panic!("a block")
+        };
+        let d = body
+            .iter_mut()
+            .find_map(|s| match s {
+                Stmt::Define {
+                    def: Def::Draw { index, .. },
+                    ..
+                } => Some(index),
+                _ => None,
+            })
+            .unwrap();
+        *d = 64;
+        let e = verify(&far, &v).unwrap_err();
+        assert!(e.what.contains("past the tape's 64 draws"), "{e}");
+        assert!(e.at.starts_with(&format!("{first_block}.")), "{e}");
+        // A leaf squaring a later one.
+        let mut sq = good.clone();
+        let Some(Stmt::Leaves(leaves)) = sq.body.last_mut() else {
+            panic!("leaves last")
+        };
+        leaves[1] = Leaf::Square { of: 5, shift: 0 };
+        assert!(verify(&sq, &v).unwrap_err().what.contains("squares leaf 5"));
+    }
+}
