@@ -174,7 +174,7 @@ pub fn arb_tape() -> impl Strategy<Value = Tape> {
 }
 
 /// splitmix64: a tiny deterministic generator (no dependency, same stream on every platform).
-struct SplitMix(u64);
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
     fn next(&mut self) -> u64 {
@@ -185,7 +185,7 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }

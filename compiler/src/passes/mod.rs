@@ -13,6 +13,7 @@ mod explain;
 mod liveness;
 mod opacity;
 mod pipeline;
+pub mod reroll;
 mod segment;
 
 #[cfg(test)]
