@@ -103,6 +103,19 @@ fn record_then_inspect_the_252_step_asian() {
         "a plain adjoint kernel of the Asian keeps 766 values"
     );
     assert_eq!(j["hash"].as_str().unwrap().len(), 64);
+    // One step recorded 252 times: one loop of 252 iterations carrying the spot and the sum.
+    assert_eq!(
+        j["loops"],
+        serde_json::json!([{"start": 15, "end": 1527, "period": 6, "iterations": 252,
+            "carried": [19, 20], "draws_per_iteration": 1}])
+    );
+    let text = ok(&["inspect", "a.bin"], &d);
+    assert!(
+        text.contains(
+            "loop      %15..%1527: 252 iterations of 6 nodes, 1 draws each, carrying %19 %20 (2)"
+        ),
+        "{text}"
+    );
     // The same tape recorded as text has the same content hash, and the examples/ copies are it.
     ok(&["record", "asian", "--steps", "252", "-o", "a.ntape"], &d);
     let t: Value = serde_json::from_str(&ok(&["inspect", "a.ntape", "--json"], &d)).unwrap();

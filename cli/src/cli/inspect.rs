@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 pub struct InspectArgs {
     #[command(flatten)]
     tape: TapeArg,
-    /// Print JSON: nodes, inputs, outputs, draws, ops, active, max_live, max_live_forward, hash.
+    /// Print JSON: nodes, inputs, outputs, draws, ops, active, max_live, max_live_forward,
+    /// loops, hash.
     #[arg(long)]
     json: bool,
 }
@@ -32,8 +33,25 @@ pub struct Summary {
     pub max_live: u32,
     /// The most values alive at once in a forward-only (price) sweep.
     pub max_live_forward: u32,
+    /// The loop regions the rerolling pass finds (`nablac::passes::reroll`).
+    pub loops: Vec<Loop>,
     pub hash: String,
 }
+
+/// One loop region of the tape: nodes `start..end`, `iterations` of `period` nodes.
+#[derive(Serialize)]
+pub struct Loop {
+    pub start: u32,
+    pub end: u32,
+    pub period: u32,
+    pub iterations: u32,
+    /// The body nodes (by their node in the first iteration) the next iteration reads.
+    pub carried: Vec<u32>,
+    pub draws_per_iteration: u32,
+}
+
+/// The smallest region `inspect` reports (nodes).
+const MIN_LOOP_NODES: u32 = 16;
 
 pub fn summarize(v: &Verified) -> Summary {
     let (tape, info) = (v.tape(), v.info());
@@ -50,6 +68,17 @@ pub fn summarize(v: &Verified) -> Summary {
         active: info.activity.active.iter().filter(|a| **a).count(),
         max_live: nablac::passes::max_live_plain(v),
         max_live_forward: info.max_live(),
+        loops: nablac::passes::reroll::reroll(tape, MIN_LOOP_NODES)
+            .iter()
+            .map(|r| Loop {
+                start: r.start,
+                end: r.end(),
+                period: r.period,
+                iterations: r.count,
+                carried: r.carried().iter().map(|j| r.start + j).collect(),
+                draws_per_iteration: r.draws_per_iteration(),
+            })
+            .collect(),
         hash: nablac::format::content_hash(tape),
     }
 }
@@ -77,6 +106,26 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         "max live  {} values alive at once in a plain adjoint kernel, {} in a price-only sweep",
         s.max_live, s.max_live_forward
     )?;
+    if s.loops.is_empty() {
+        writeln!(
+            t,
+            "loops     none (no period of {MIN_LOOP_NODES} nodes or more)"
+        )?;
+    }
+    for l in &s.loops {
+        let carried: Vec<String> = l.carried.iter().map(|c| format!("%{c}")).collect();
+        writeln!(
+            t,
+            "loop      %{}..%{}: {} iterations of {} nodes, {} draws each, carrying {} ({})",
+            l.start,
+            l.end,
+            l.iterations,
+            l.period,
+            l.draws_per_iteration,
+            carried.join(" "),
+            l.carried.len()
+        )?;
+    }
     writeln!(t, "hash      {}", s.hash)?;
     write!(t, "ops")?;
     for op in Op::ALL {
