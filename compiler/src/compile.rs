@@ -35,6 +35,9 @@ pub struct CompileOptions {
     pub greek_stderr: bool,
     /// Fuse several markets into one kernel (`crate::ladder`); `None`: one market.
     pub ladder: Option<crate::ladder::LadderSpec>,
+    /// Price kernels: print the tape's loop regions (`passes::reroll`) as loops, not unrolled
+    /// (the other modes are unrolled, for now).
+    pub loops: bool,
 }
 
 /// The CPU code's back end: Cranelift (CLIF text, scalar, one path at a time; the reference) or
@@ -193,6 +196,7 @@ impl CompileOptions {
             cpu_backend: CpuBackend::Cranelift,
             greek_stderr: true,
             ladder: None,
+            loops: false,
         }
     }
 
@@ -202,6 +206,7 @@ impl CompileOptions {
             mode: self.mode,
             opaque_math: crate::passes::opaque_math_arguments(self.target),
             greek_stderr: self.greek_stderr,
+            loops: self.loops && self.mode == Mode::Price,
         }
     }
 }
@@ -382,7 +387,13 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
         greek_stderr: opts.greek_stderr,
     };
     let schedule = match opts.target {
-        Target::Cpu => crate::clif::plain_schedule(tape, &clif_opts),
+        Target::Cpu => crate::schedule::Schedule::plain(
+            tape,
+            crate::schedule::ScheduleOptions {
+                loops: opts.schedule_options().loops,
+                ..crate::clif::plain_schedule_options(&clif_opts)
+            },
+        ),
         _ => crate::schedule::Schedule::build(tape, &plan, opts.schedule_options()),
     };
     #[cfg(debug_assertions)]

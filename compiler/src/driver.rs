@@ -57,6 +57,8 @@ pub struct Request {
     /// The inputs that may differ between fused markets; empty: every input (or a run's
     /// laddered ones).
     pub ladder_inputs: Vec<String>,
+    /// Price kernels: the tape's loop regions as loops (`CompileOptions::loops`); default off.
+    pub loops: Option<bool>,
 }
 
 /// What a run adds to a request: the inputs its ladder varies, how many markets it prices and
@@ -87,6 +89,7 @@ pub enum Opt {
     GreekStderr,
     Markets,
     LadderInputs,
+    Loops,
 }
 
 impl Opt {
@@ -108,6 +111,7 @@ impl Opt {
             Opt::GreekStderr => "greek_stderr",
             Opt::Markets => "markets",
             Opt::LadderInputs => "ladder_inputs",
+            Opt::Loops => "loops",
         }
     }
 }
@@ -293,6 +297,13 @@ pub fn check(req: &Request) -> Result<(), DriverError> {
             );
         }
     }
+    if req.loops == Some(true) && req.mode != Some(Mode::Price) {
+        return refuse(
+            "{} compiles price kernels only, for now: give {} (forward and reverse kernels are \
+             unrolled)",
+            &[bare(Opt::Loops), with(Opt::Mode, "price")],
+        );
+    }
     if req.mode == Some(Mode::Price) && req.greek_stderr.is_some() {
         return refuse(
             "{} does nothing with {}: a price kernel has no Greeks",
@@ -396,6 +407,7 @@ pub fn base_options(req: &Request) -> CompileOptions {
     c.min_blocks = req.min_blocks;
     c.cpu_backend = req.cpu_backend.unwrap_or(c.cpu_backend);
     c.greek_stderr = req.greek_stderr.unwrap_or(c.greek_stderr);
+    c.loops = req.loops.unwrap_or(c.loops);
     c
 }
 
@@ -552,6 +564,7 @@ pub fn check_kernel(name: &str, m: &Manifest, req: &Request) -> Result<(), Drive
         (Opt::Markets, req.markets.is_some()),
         (Opt::LadderInputs, !req.ladder_inputs.is_empty()),
         (Opt::CpuBackend, req.cpu_backend.is_some()),
+        (Opt::Loops, req.loops.is_some()),
     ];
     if let Some((o, _)) = given.into_iter().find(|g| g.1) {
         return refuse(

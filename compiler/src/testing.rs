@@ -324,6 +324,7 @@ pub fn run_schedule(
         scopes: vec![Scope::default()],
         scratch: vec![None; schedule.scratch_slots as usize],
         row: Vec::new(),
+        iteration: 0,
     };
     m.block(&schedule.body);
     m.row
@@ -342,6 +343,8 @@ struct Machine<'a> {
     scopes: Vec<Scope>,
     scratch: Vec<Option<f64>>,
     row: Vec<f64>,
+    /// The enclosing loop's iteration (0 outside loops).
+    iteration: u32,
 }
 
 impl Machine<'_> {
@@ -409,12 +412,22 @@ impl Machine<'_> {
             Stmt::Define { node, def, declare } => {
                 let value = match *def {
                     Def::Input(k) => self.inputs[k as usize],
-                    Def::Draw { kind, index, .. } => match kind {
-                        DrawKind::Normal => crate::philox::normal_f64(self.seed, self.path, index),
-                        DrawKind::Uniform => {
-                            crate::philox::uniform_f64(self.seed, self.path, index)
+                    Def::Draw {
+                        kind,
+                        index,
+                        stride,
+                        ..
+                    } => {
+                        let index = index + stride * self.iteration;
+                        match kind {
+                            DrawKind::Normal => {
+                                crate::philox::normal_f64(self.seed, self.path, index)
+                            }
+                            DrawKind::Uniform => {
+                                crate::philox::uniform_f64(self.seed, self.path, index)
+                            }
                         }
-                    },
+                    }
                     Def::Rule { rule, args } => {
                         let x = Operands {
                             a: self.operand(args[0]),
@@ -470,6 +483,28 @@ impl Machine<'_> {
                 }
             }
             Stmt::Tangent(_) => panic!("run_schedule does not interpret forward mode"),
+            Stmt::Loop(l) => {
+                for c in &l.carried {
+                    if let Some(x) = c.init {
+                        let x = self.read(x);
+                        self.set(Var::Carried(c.node), x, true);
+                    }
+                }
+                for i in l.first..l.first + l.count {
+                    self.iteration = i;
+                    self.scopes.push(Scope::default());
+                    self.block(&l.body);
+                    let next: Vec<Option<f64>> =
+                        l.carried.iter().map(|c| c.next.map(|x| self.read(x))).collect();
+                    self.scopes.pop();
+                    for (c, x) in l.carried.iter().zip(next) {
+                        if let Some(x) = x {
+                            self.set(Var::Carried(c.node), x, false);
+                        }
+                    }
+                }
+                self.iteration = 0;
+            }
             Stmt::Block(b) => {
                 self.scopes.push(Scope::default());
                 self.block(&b.body);

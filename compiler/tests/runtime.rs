@@ -897,3 +897,75 @@ fn an_all_negative_zero_output_sums_to_negative_zero_everywhere() {
         }
     }
 }
+
+/// Price kernels compiled with the tape's loops give the bits of the unrolled kernels, on every
+/// backend (and the CPU's LLVM back end), f32 and f64, on time-stepping products and the corpus.
+#[test]
+fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
+    let product = |p: Product, steps: u32, assets: u32| {
+        let o = Options {
+            steps,
+            assets,
+            ..Options::defaults(p)
+        };
+        record(p, &o, &Market::default()).expect("records")
+    };
+    let mut tapes = vec![
+        ("asian252".to_string(), asian(252)),
+        ("barrier52".into(), product(Product::Barrier, 52, 3)),
+        ("basket8x16".into(), product(Product::Basket, 16, 8)),
+    ];
+    tapes.extend(corpus().into_iter().map(|c| (c.name, c.tape.tape().clone())));
+    let mut looped = 0;
+    for (target, backend) in backends() {
+        let mut cpu_backends = vec![nablac::compile::CpuBackend::Cranelift];
+        if target == Target::Cpu && cfg!(feature = "llvm") {
+            cpu_backends.push(nablac::compile::CpuBackend::Llvm);
+        }
+        for cpu_backend in cpu_backends {
+            for (name, tape) in &tapes {
+                let v = nablac::verify::verify(tape.clone()).expect("valid");
+                let market: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
+                for precision in [Precision::F32, Precision::F64] {
+                    let what = format!(
+                        "{} {} {name} {}",
+                        backend_name(target),
+                        cpu_backend.name(),
+                        precision.name()
+                    );
+                    let k = |loops: bool| {
+                        let o = CompileOptions {
+                            mode: Mode::Price,
+                            precision,
+                            cpu_backend,
+                            loops,
+                            ..CompileOptions::new(target)
+                        };
+                        match compile(&v, &o) {
+                            Ok(k) => Some(k),
+                            Err(nablac::compile::CompileError::Emit(
+                                EmitError::Unsupported { .. },
+                            )) if target == Target::Glsl && precision == Precision::F64 => None,
+                            Err(e) => panic!("{what}: compile: {e}"),
+                        }
+                    };
+                    let (Some(plain), Some(rolled)) = (k(false), k(true)) else {
+                        continue;
+                    };
+                    if rolled.source.len() < plain.source.len() {
+                        looped += 1;
+                    }
+                    let load = |k: &nablac::compile::Compiled| {
+                        backend
+                            .load(&k.source, &k.manifest)
+                            .unwrap_or_else(|e| panic!("{what}: load: {e}"))
+                    };
+                    let want = bits(&run1(&backend, &load(&plain), &market, 2048 + 77));
+                    let got = bits(&run1(&backend, &load(&rolled), &market, 2048 + 77));
+                    assert_eq!(want, got, "{what}: loops vs unrolled");
+                }
+            }
+        }
+    }
+    assert!(looped >= 6, "the products compile as loops ({looped} kernels shrank)");
+}

@@ -64,6 +64,7 @@ pub fn request(target: Target, o: &CompileOpts, given: &Given) -> Request {
         greek_stderr: has("greek_stderr").then_some(o.greek_stderr),
         markets: o.markets,
         ladder_inputs: o.ladder_inputs.clone(),
+        loops: has("loops").then_some(o.loops),
     }
 }
 

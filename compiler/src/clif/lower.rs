@@ -128,9 +128,8 @@ fn draw(
     keys: &[(Value, Value)],
     path: (Value, Value),
     kind: DrawKind,
-    k: u32,
+    ck: Value,
 ) -> Value {
-    let ck = b.ins().iconst(types::I32, i64::from(k));
     let stream = cx.k.stream[usize::from(kind == DrawKind::Uniform)];
     let x = philox(b, (cx.k.m0, cx.k.m1), keys, [ck, path.0, path.1, stream]);
     // A uniform draw keeps one bit fewer than the normal's u1 (TAPE-FORMAT.md), so it stays in (0, 1).
@@ -272,6 +271,8 @@ struct Values {
     /// or in forward mode its tangent in direction `lane`.
     adj: Vec<Option<Value>>,
     lanes: usize,
+    /// The loops' carried values where the code now stands.
+    carried: std::collections::HashMap<NodeId, Value>,
 }
 
 impl Values {
@@ -283,6 +284,10 @@ impl Values {
             }
             Operand::Var(Var::Tangent(n, lane)) => self.adj[n.index() * self.lanes + lane]
                 .expect("tangents are defined before they are read"),
+            Operand::Var(Var::Carried(n)) => *self
+                .carried
+                .get(&n)
+                .expect("carried values are defined before they are read"),
             Operand::Var(Var::Copy(_)) => unreachable!("the plain schedule has no opaque copies"),
         }
     }
@@ -298,12 +303,26 @@ fn define(
     b: &mut FunctionBuilder,
     vals: &Values,
     def: &Def,
-    draws: &dyn Fn(&mut FunctionBuilder, DrawKind, u32) -> Value,
+    draws: &dyn Fn(&mut FunctionBuilder, DrawKind, Value) -> Value,
     input: &dyn Fn(&mut FunctionBuilder, u32) -> Value,
+    iteration: Option<Value>,
 ) -> Value {
     match *def {
         Def::Input(k) => input(b, k),
-        Def::Draw { kind, index, .. } => draws(b, kind, index),
+        Def::Draw {
+            kind,
+            index,
+            stride,
+            ..
+        } => {
+            let mut ck = b.ins().iconst(types::I32, i64::from(index));
+            if stride > 0 {
+                let i = iteration.expect("a strided draw is inside a loop");
+                let step = b.ins().imul_imm_u(i, i64::from(stride));
+                ck = b.ins().iadd(ck, step);
+            }
+            draws(b, kind, ck)
+        }
         Def::Rule { rule, args } => {
             let x = [
                 args[0].map(|a| vals.operand(cx, a)),
@@ -449,6 +468,10 @@ fn literals(schedule: &Schedule) -> Vec<f64> {
         } => args.iter().for_each(|&a| push(a)),
         Stmt::Adjoint(adj) => adj.x.iter().for_each(|&a| push(a)),
         Stmt::Tangent(t) => t.x.iter().chain(&t.from).for_each(|&a| push(a)),
+        Stmt::Loop(l) => l.carried.iter().for_each(|c| {
+            push(c.init);
+            push(c.next);
+        }),
         Stmt::Leaves(leaves) => leaves.iter().for_each(|l| {
             if let Leaf::Value(x) = *l {
                 push(Some(x))
@@ -579,6 +602,7 @@ pub(super) fn lower(
         val: vec![None; n],
         adj: vec![None; n * schedule.lanes],
         lanes: schedule.lanes,
+        carried: Default::default(),
     };
     let seed_lo = b.ins().ireduce(types::I32, seed);
     let seed_hi = b.ins().ushr_imm_u(seed, 32);
@@ -593,14 +617,26 @@ pub(super) fn lower(
     }
     let size = ty.bytes() as i32;
     let load = |b: &mut FunctionBuilder, k: u32| b.ins().load(ty, flags, inputs, size * k as i32);
-    let no_draws = |_: &mut FunctionBuilder, _: DrawKind, _: u32| -> Value {
+    let no_draws = |_: &mut FunctionBuilder, _: DrawKind, _: Value| -> Value {
         unreachable!("draws are path-dependent")
     };
+    // Path-independent definitions run once per call, before the paths: those of the top
+    // level that read only inputs, literals and other such definitions (not a loop's values).
+    let mut hoisted = vec![false; n];
     for s in &schedule.body {
         if let Stmt::Define { node, def, .. } = s {
-            if !varying[node.index()] {
-                let x = define(&cx, &mut b, &vals, def, &no_draws, &load);
+            let reads_hoisted = match def {
+                Def::Rule { args, .. } => args.iter().flatten().all(|a| match a {
+                    Operand::Lit(_) => true,
+                    Operand::Var(Var::Value(x)) => hoisted[x.index()],
+                    Operand::Var(_) => false,
+                }),
+                _ => true,
+            };
+            if !varying[node.index()] && reads_hoisted {
+                let x = define(&cx, &mut b, &vals, def, &no_draws, &load, None);
                 vals.val[node.index()] = Some(x);
+                hoisted[node.index()] = true;
             }
         }
     }
@@ -630,15 +666,73 @@ pub(super) fn lower(
     let path_lo = b.ins().ireduce(types::I32, path);
     let path_hi = b.ins().ushr_imm_u(path, 32);
     let path_hi = b.ins().ireduce(types::I32, path_hi);
-    let draws = |b: &mut FunctionBuilder, kind: DrawKind, k: u32| {
-        draw(&cx, b, &keys, (path_lo, path_hi), kind, k)
+    let draws = |b: &mut FunctionBuilder, kind: DrawKind, ck: Value| {
+        draw(&cx, b, &keys, (path_lo, path_hi), kind, ck)
     };
     for s in &schedule.body {
         match s {
             Stmt::Define { node, def, .. } => {
-                if varying[node.index()] {
-                    let x = define(&cx, &mut b, &vals, def, &draws, &load);
+                if !hoisted[node.index()] {
+                    let x = define(&cx, &mut b, &vals, def, &draws, &load, None);
                     vals.val[node.index()] = Some(x);
+                }
+            }
+            Stmt::Loop(l) => {
+                // A do-while loop (a region has at least two iterations): the block's
+                // parameters are the iteration and the carried values, the exit block's the
+                // carried values after the last iteration.
+                let lp = b.create_block();
+                let after = b.create_block();
+                b.append_block_param(lp, types::I32);
+                for _ in &l.carried {
+                    b.append_block_param(lp, ty);
+                    b.append_block_param(after, ty);
+                }
+                let start = b.ins().iconst(types::I32, i64::from(l.first));
+                let mut args = vec![BlockArg::Value(start)];
+                for c in &l.carried {
+                    let x = match c.init {
+                        Some(x) => vals.operand(&cx, x),
+                        None => vals.operand(&cx, Operand::Var(Var::Carried(c.node))),
+                    };
+                    args.push(BlockArg::Value(x));
+                }
+                b.ins().jump(lp, &args);
+                b.switch_to_block(lp);
+                let p = b.block_params(lp).to_vec();
+                for (c, &x) in l.carried.iter().zip(&p[1..]) {
+                    vals.carried.insert(c.node, x);
+                }
+                for s in &l.body {
+                    let Stmt::Define { node, def, .. } = s else {
+                        return Err(ClifError::Unsupported(
+                            "a loop of anything but definitions (price kernels only, for now)",
+                        ));
+                    };
+                    let x = define(&cx, &mut b, &vals, def, &draws, &load, Some(p[0]));
+                    vals.val[node.index()] = Some(x);
+                }
+                let next: Vec<BlockArg> = l
+                    .carried
+                    .iter()
+                    .map(|c| {
+                        let x = c.next.unwrap_or(Operand::Var(Var::Carried(c.node)));
+                        BlockArg::Value(vals.operand(&cx, x))
+                    })
+                    .collect();
+                let it = b.ins().iadd_imm_u(p[0], 1);
+                let more = b.ins().icmp_imm_u(
+                    IntCC::UnsignedLessThan,
+                    it,
+                    i64::from(l.first + l.count),
+                );
+                let mut again = vec![BlockArg::Value(it)];
+                again.extend(next.iter().cloned());
+                b.ins().brif(more, lp, &again, after, &next);
+                b.switch_to_block(after);
+                let p = b.block_params(after).to_vec();
+                for (c, &x) in l.carried.iter().zip(&p) {
+                    vals.carried.insert(c.node, x);
                 }
             }
             Stmt::Tangent(t) => {

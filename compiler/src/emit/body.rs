@@ -125,6 +125,7 @@ impl<'a> Body<'a> {
             Var::Copy(n) => format!("r{}", n.0),
             Var::Tangent(n, _) if self.schedule.lanes == 1 => format!("t{}", n.0),
             Var::Tangent(n, l) => format!("t{}_{l}", n.0),
+            Var::Carried(n) => format!("c{}", n.0),
         }
     }
 
@@ -161,7 +162,12 @@ impl<'a> Body<'a> {
     fn def(&self, def: &Def) -> String {
         match *def {
             Def::Input(i) => format!("inputs[{i}]"),
-            Def::Draw { kind, index, key } => {
+            Def::Draw {
+                kind,
+                index,
+                stride,
+                key,
+            } => {
                 let f = match kind {
                     DrawKind::Normal => "draw_normal",
                     DrawKind::Uniform => "draw_uniform",
@@ -170,7 +176,12 @@ impl<'a> Body<'a> {
                     Key::Kernel => ("key0", "key1"),
                     Key::Rekeyed => ("rk0", "rk1"),
                 };
-                format!("{f}({index}u, plo, phi, {k0}, {k1})")
+                let k = match stride {
+                    0 => format!("{index}u"),
+                    1 => format!("{index}u + it"),
+                    s => format!("{index}u + {s}u * it"),
+                };
+                format!("{f}({k}, plo, phi, {k0}, {k1})")
             }
             Def::Rule { rule, args } => {
                 let t = |x: Option<Operand>| x.map(|x| self.operand(x)).unwrap_or_default();
@@ -475,6 +486,46 @@ impl<'a> Body<'a> {
             Stmt::Block(b) => {
                 out.open(format!("{{ // {}", b.note));
                 self.stmts(out, &b.body);
+                out.close();
+            }
+            Stmt::Loop(l) => {
+                out.line(format!("// {}", l.note));
+                let inits: Vec<String> = l
+                    .carried
+                    .iter()
+                    .filter_map(|c| {
+                        c.init.map(|x| {
+                            format!(
+                                "{} {} = {};",
+                                self.decl_type(),
+                                self.var(Var::Carried(c.node)),
+                                self.operand(x)
+                            )
+                        })
+                    })
+                    .collect();
+                for chunk in inits.chunks(4) {
+                    out.line(chunk.join(" "));
+                }
+                let u = self.d.uint;
+                out.open(format!(
+                    "for ({u} it = {}u; it < {}u; it++) {{",
+                    l.first,
+                    l.first + l.count
+                ));
+                self.stmts(out, &l.body);
+                let next: Vec<String> = l
+                    .carried
+                    .iter()
+                    .filter_map(|c| {
+                        c.next.map(|x| {
+                            format!("{} = {};", self.var(Var::Carried(c.node)), self.operand(x))
+                        })
+                    })
+                    .collect();
+                for chunk in next.chunks(4) {
+                    out.line(chunk.join(" "));
+                }
                 out.close();
             }
             Stmt::Leaves(leaves) => {

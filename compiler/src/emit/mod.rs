@@ -242,6 +242,7 @@ fn emit_checked(
                     mode: opts.mode,
                     opaque_math: crate::passes::opaque_math_arguments(opts.target),
                     greek_stderr: opts.greek_stderr,
+                    loops: false,
                 },
             );
             &built

@@ -75,6 +75,8 @@ struct Values<'ctx> {
     val: Vec<Option<Vv<'ctx>>>,
     adj: Vec<Option<Vv<'ctx>>>,
     lanes: usize,
+    /// The loops' carried values where the code now stands.
+    carried: std::collections::HashMap<NodeId, Vv<'ctx>>,
 }
 
 fn missing(what: &str) -> BuilderError {
@@ -92,6 +94,11 @@ impl<'ctx> Values<'ctx> {
             Operand::Var(Var::Tangent(n, lane)) => {
                 self.adj[n.index() * self.lanes + lane].ok_or_else(|| missing("tangent"))
             }
+            Operand::Var(Var::Carried(n)) => self
+                .carried
+                .get(&n)
+                .copied()
+                .ok_or_else(|| missing("carried value")),
             Operand::Var(Var::Copy(_)) => Err(missing("opaque copy")),
         }
     }
@@ -592,13 +599,22 @@ fn build<'ctx>(
                 Def::Draw {
                     kind: DrawKind::Normal,
                     index,
+                    stride,
                     ..
                 },
             ..
         } = s
         {
-            if let Some(u) = normal_used.get_mut(*index as usize) {
-                *u = true;
+            // A strided draw (in a loop) uses every index of its iterations.
+            let end = if *stride == 0 {
+                *index + 1
+            } else {
+                tape.n_draws
+            };
+            for k in (*index..end).step_by(stride.max(&1).to_owned() as usize) {
+                if let Some(u) = normal_used.get_mut(k as usize) {
+                    *u = true;
+                }
             }
         }
     });
@@ -617,12 +633,24 @@ fn build<'ctx>(
         val: vec![None; tape.len()],
         adj: vec![None; tape.len() * schedule.lanes],
         lanes: schedule.lanes,
+        carried: Default::default(),
     };
     let varying = &verified.info().path_dependent;
-    // Definitions that read no draw: once, in the entry block.
+    // Definitions that read no draw: once, in the entry block (those of the top level that
+    // read only inputs, literals and other such definitions, not a loop's values).
+    let mut hoisted = vec![false; tape.len()];
     for s in &schedule.body {
         if let Stmt::Define { node, def, .. } = s {
-            if !varying[node.index()] {
+            let reads_hoisted = match def {
+                Def::Rule { args, .. } => args.iter().flatten().all(|a| match a {
+                    Operand::Lit(_) => true,
+                    Operand::Var(Var::Value(x)) => hoisted[x.index()],
+                    Operand::Var(_) => false,
+                }),
+                _ => true,
+            };
+            if !varying[node.index()] && reads_hoisted {
+                hoisted[node.index()] = true;
                 let x = match *def {
                     Def::Input(k) => {
                         // SAFETY (of the generated code): the ABI gives one T per input.
@@ -721,50 +749,69 @@ fn build<'ctx>(
         b.build_conditional_branch(more, lp, after)?;
         b.position_at_end(after);
     }
+    // A path-dependent definition's vectors; `it` is the enclosing loop's iteration.
+    let lower_def = |vals: &Values<'ctx>, def: &Def, it: Option<IntValue<'ctx>>| -> R<Vv<'ctx>> {
+        // Draw index + stride * it, as i64.
+        let draw_index = |index: u32, stride: u32| -> R<IntValue<'ctx>> {
+            let k = i64t.const_int(u64::from(index), false);
+            match (stride, it) {
+                (0, _) => Ok(k),
+                (s, Some(it)) => {
+                    let step = b.build_int_mul(it, i64t.const_int(u64::from(s), false), "")?;
+                    Ok(b.build_int_add(k, step, "")?)
+                }
+                (_, None) => Err(missing("a strided draw outside a loop")),
+            }
+        };
+        Ok(match *def {
+            Def::Draw {
+                kind: DrawKind::Normal,
+                index,
+                stride,
+                ..
+            } if batch.is_some() => {
+                let store = batch.map(|b| b.2).ok_or_else(|| missing("normals"))?;
+                let k = draw_index(index, stride)?;
+                // SAFETY (generated code): the index < n_normals <= the array's length.
+                let p = unsafe { b.build_in_bounds_gep(store, &[k], "")? };
+                b.build_load(p, "")?.into_vector_value()
+            }
+            Def::Draw {
+                kind,
+                index,
+                stride,
+                ..
+            } => {
+                let g = draw_function(t, m, kind)?;
+                let k = draw_index(index, stride)?;
+                let k = splat_value(&b, i64t.vec_type(w), k.into())?;
+                let args = [plo.into(), phi.into(), k.into(), keys.into()];
+                b.build_call(g, &args, "")?
+                    .try_as_basic_value()
+                    .basic()
+                    .ok_or_else(|| missing("draw"))?
+                    .into_vector_value()
+            }
+            Def::Input(k) => {
+                // SAFETY (of the generated code): the ABI gives one T per input.
+                let p = unsafe { b.build_gep(inputs, &[i64t.const_int(u64::from(k), false)], "")? };
+                let x = b.build_load(p, "")?;
+                splat_value(&b, t.fty, x)?
+            }
+            Def::Rule { rule, args } => {
+                let op = |a: Option<Operand>| a.map(|a| vals.operand(&v, a)).transpose();
+                let x = [op(args[0])?, op(args[1])?, None, None];
+                expr(&v, &rule.value, &x)?
+            }
+        })
+    };
     for s in &schedule.body {
         match s {
             Stmt::Define { node, def, .. } => {
-                if !varying[node.index()] {
+                if hoisted[node.index()] {
                     continue;
                 }
-                let x = match *def {
-                    Def::Draw {
-                        kind: DrawKind::Normal,
-                        index,
-                        ..
-                    } if batch.is_some() => {
-                        let store = batch.map(|b| b.2).ok_or_else(|| missing("normals"))?;
-                        // SAFETY (generated code): index < n_normals <= the array's length.
-                        let p = unsafe {
-                            b.build_in_bounds_gep(
-                                store,
-                                &[i64t.const_int(u64::from(index), false)],
-                                "",
-                            )?
-                        };
-                        b.build_load(p, "")?.into_vector_value()
-                    }
-                    Def::Draw { kind, index, .. } => {
-                        let g = draw_function(t, m, kind)?;
-                        let k =
-                            VectorType::const_vector(&vec![
-                                i64t.const_int(u64::from(index), false);
-                                w as usize
-                            ]);
-                        let args = [plo.into(), phi.into(), k.into(), keys.into()];
-                        b.build_call(g, &args, "")?
-                            .try_as_basic_value()
-                            .basic()
-                            .ok_or_else(|| missing("draw"))?
-                            .into_vector_value()
-                    }
-                    Def::Input(_) => return Err(missing("a path-dependent input")),
-                    Def::Rule { rule, args } => {
-                        let op = |a: Option<Operand>| a.map(|a| vals.operand(&v, a)).transpose();
-                        let x = [op(args[0])?, op(args[1])?, None, None];
-                        expr(&v, &rule.value, &x)?
-                    }
-                };
+                let x = lower_def(&vals, def, None)?;
                 vals.val[node.index()] = Some(x);
             }
             Stmt::Tangent(tg) => {
@@ -784,6 +831,65 @@ fn build<'ctx>(
                 ];
                 for st in adj.rule.adjoint {
                     step(&v, &mut vals, adj, st, &x, None)?;
+                }
+            }
+            Stmt::Loop(l) => {
+                // The iteration and the carried values are phis of the loop's block; its latch
+                // is the exit's only predecessor, so after it the carried values are the last
+                // iteration's.
+                let pre = b.get_insert_block().ok_or_else(|| missing("block"))?;
+                let lp = cx.append_basic_block(f, "loop");
+                let after = cx.append_basic_block(f, "loop_end");
+                let inits = l
+                    .carried
+                    .iter()
+                    .map(|c| {
+                        vals.operand(&v, c.init.unwrap_or(Operand::Var(Var::Carried(c.node))))
+                    })
+                    .collect::<R<Vec<_>>>()?;
+                b.build_unconditional_branch(lp)?;
+                b.position_at_end(lp);
+                let it = b.build_phi(i64t, "it")?;
+                it.add_incoming(&[(&i64t.const_int(u64::from(l.first), false), pre)]);
+                let mut phis = Vec::new();
+                for (c, x) in l.carried.iter().zip(&inits) {
+                    let p = b.build_phi(t.fty, "")?;
+                    p.add_incoming(&[(x, pre)]);
+                    vals.carried
+                        .insert(c.node, p.as_basic_value().into_vector_value());
+                    phis.push(p);
+                }
+                let itv = it.as_basic_value().into_int_value();
+                for s in &l.body {
+                    let Stmt::Define { node, def, .. } = s else {
+                        return Err(missing("a loop of anything but definitions"));
+                    };
+                    let x = lower_def(&vals, def, Some(itv))?;
+                    vals.val[node.index()] = Some(x);
+                }
+                let next = l
+                    .carried
+                    .iter()
+                    .map(|c| {
+                        vals.operand(&v, c.next.unwrap_or(Operand::Var(Var::Carried(c.node))))
+                    })
+                    .collect::<R<Vec<_>>>()?;
+                let latch = b.get_insert_block().ok_or_else(|| missing("block"))?;
+                let it1 = b.build_int_add(itv, i64t.const_int(1, false), "")?;
+                it.add_incoming(&[(&it1, latch)]);
+                for (p, x) in phis.iter().zip(&next) {
+                    p.add_incoming(&[(x, latch)]);
+                }
+                let more = b.build_int_compare(
+                    IntPredicate::ULT,
+                    it1,
+                    i64t.const_int(u64::from(l.first + l.count), false),
+                    "",
+                )?;
+                b.build_conditional_branch(more, lp, after)?;
+                b.position_at_end(after);
+                for (c, x) in l.carried.iter().zip(next) {
+                    vals.carried.insert(c.node, x);
                 }
             }
             Stmt::Leaves(_) => {}

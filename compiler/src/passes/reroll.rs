@@ -251,6 +251,16 @@ fn grow(tape: &Tape, s: u32, p: u32) -> Option<Region> {
         }
         body.push(BodyNode { shape, args });
     }
+    // One carried value per body node: every read of it starts from the same node (else the
+    // loop starts an iteration later).
+    let mut init_of = std::collections::HashMap::new();
+    for a in body.iter().flat_map(|b| &b.args) {
+        if let Arg::Carried { from, init } = a {
+            if *init_of.entry(*from).or_insert(*init) != *init {
+                return None;
+            }
+        }
+    }
     let mut r = Region {
         start: s,
         period: p,
@@ -503,6 +513,55 @@ mod tests {
             node: acc,
         });
         (t, pro, region.end())
+    }
+
+    /// A price schedule with loops, interpreted, gives the bits of the unrolled one, and passes
+    /// the schedule verifier.
+    fn assert_loops_keep_the_bits(t: &Tape, what: &str) {
+        use crate::emit::Mode;
+        use crate::schedule::{Schedule, ScheduleOptions, Stmt};
+        let v = crate::verify::verify(t.clone()).unwrap();
+        let plain = Schedule::plain(&v, ScheduleOptions::new(Mode::Price));
+        let looped = Schedule::plain(
+            &v,
+            ScheduleOptions {
+                loops: true,
+                ..ScheduleOptions::new(Mode::Price)
+            },
+        );
+        crate::schedule::verify::verify(&looped, &v).unwrap();
+        let inputs: Vec<f64> = t.inputs.iter().map(|i| i.value).collect();
+        for path in [0, 1, 77] {
+            let a = crate::testing::run_schedule(&plain, &inputs, 9, path);
+            let b = crate::testing::run_schedule(&looped, &inputs, 9, path);
+            let bits = |r: &[f64]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "{what}: path {path}");
+        }
+        let loops = looped.body.iter().filter(|s| matches!(s, Stmt::Loop(_))).count();
+        assert_eq!(
+            loops > 0,
+            !reroll(t, crate::schedule::LOOP_MIN_NODES).is_empty(),
+            "a region is a loop"
+        );
+    }
+
+    #[test]
+    fn price_loops_keep_the_bits_of_the_unrolled_schedule() {
+        for (p, steps, assets) in [
+            (Product::AsianCall, 252, 3),
+            (Product::Barrier, 52, 3),
+            (Product::Basket, 16, 8),
+            (Product::Digital, 1, 3),
+        ] {
+            assert_loops_keep_the_bits(&product(p, steps, assets), &format!("{p:?}"));
+        }
+        for c in crate::corpus::load(&crate::corpus::dir()).unwrap() {
+            assert_loops_keep_the_bits(c.tape.tape(), &c.name);
+        }
+        for seed in 0..64 {
+            let (t, _, _) = stepped_tape(seed, 1 + (seed % 9) as u32, 3 + (seed % 17) as u32);
+            assert_loops_keep_the_bits(&t, &format!("stepped {seed}"));
+        }
     }
 
     proptest! {

@@ -143,6 +143,23 @@ impl Sim {
                     }
                 }
                 Stmt::Block(b) => self.run(&b.body, b.range.start, last),
+                Stmt::Loop(l) => {
+                    // One iteration stands for all: the carried values are alive across it.
+                    // (They belong to the enclosing scope: the rest of the tape reads them.)
+                    let t = self.step(first);
+                    for c in &l.carried {
+                        if let Some(x) = c.init {
+                            self.read(Some(x), t);
+                            self.define(Var::Carried(c.node), t);
+                        }
+                    }
+                    self.run(&l.body, first, last);
+                    let end = self.step(first);
+                    for c in &l.carried {
+                        self.read(c.next, end);
+                        self.read(Some(Operand::Var(Var::Carried(c.node))), end);
+                    }
+                }
                 Stmt::Note(_)
                 | Stmt::Declare(_)
                 | Stmt::Spill { .. }

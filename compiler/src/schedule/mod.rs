@@ -32,6 +32,9 @@ use crate::tape::{DrawKind, Node, NodeId, Tape};
 use crate::verify::{TapeInfo, Verified};
 use std::ops::Range;
 
+/// The smallest loop region a price kernel keeps as a loop (nodes); shorter ones unroll.
+pub const LOOP_MIN_NODES: u32 = 16;
+
 /// A lane of the reverse sweep (today: an output's index).
 pub type Lane = usize;
 
@@ -44,6 +47,10 @@ pub enum Var {
     Copy(NodeId),
     /// Node v's tangent in a forward-mode lane (a direction): `tN` (`tN_l` with several lanes).
     Tangent(NodeId, Lane),
+    /// A loop's carried value of body node v (named by its node in the loop's first
+    /// iteration): `cN`. Before the loop its value before the first iteration, after each
+    /// iteration that iteration's value of v, so after the loop the last iteration's.
+    Carried(NodeId),
 }
 
 /// What a statement reads: a constant (as a literal at every use) or a named value.
@@ -65,10 +72,12 @@ pub enum Key {
 pub enum Def {
     /// Input k of the market.
     Input(u32),
-    /// Draw `index` of the path (TAPE-FORMAT.md, Draws) under key `key`.
+    /// Draw `index + stride * i` of the path (TAPE-FORMAT.md, Draws) under key `key`, where
+    /// `i` is the enclosing [`Loop`]'s iteration (`stride` is 0 outside loops).
     Draw {
         kind: DrawKind,
         index: u32,
+        stride: u32,
         key: Key,
     },
     /// An arithmetic op: its rule's `value` over the arguments `[A, B]`.
@@ -164,6 +173,34 @@ pub struct Block {
     pub body: Vec<Stmt>,
 }
 
+/// A loop (a region of the tape, `passes::reroll`): iterations `first .. first + count` of its
+/// body, whose statements name each value by its node in the region's first iteration and are
+/// local to one iteration. Each `carried` node's [`Var::Carried`] is declared before the loop
+/// with its value before the first iteration where `init` is given (else it continues from an
+/// earlier loop of the same region) and takes the iteration's value at the end of each
+/// iteration (`Operand` of the body node: a literal where it is a constant).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Loop {
+    pub note: String,
+    pub first: u32,
+    pub count: u32,
+    pub carried: Vec<Carry>,
+    pub body: Vec<Stmt>,
+}
+
+/// One carried value of a [`Loop`].
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct Carry {
+    /// The body node (its node in the region's first iteration).
+    pub node: NodeId,
+    /// Its value before the loop's first iteration; `None`: carried on from the loop before.
+    pub init: Option<Operand>,
+    /// What the iteration ends with: the body node's value (or literal); `None` where the
+    /// node is dead in every iteration of this loop (no later iteration reads it from here),
+    /// and the carried value stays as it was.
+    pub next: Option<Operand>,
+}
+
 /// One statement of the schedule (module doc).
 #[derive(Clone, PartialEq, Debug)]
 pub enum Stmt {
@@ -204,6 +241,7 @@ pub enum Stmt {
     /// `Var::Tangent(node, lane) = ...` (forward mode), declared here.
     Tangent(Tangent),
     Block(Block),
+    Loop(Loop),
     /// The per-path leaves, in sum order.
     Leaves(Vec<Leaf>),
 }
@@ -239,6 +277,8 @@ pub struct ScheduleOptions {
     /// Sum the squares of the Greeks (`greek_sq:O:I`) for their standard errors (modes with
     /// Greeks only).
     pub greek_stderr: bool,
+    /// Price mode: the tape's loop regions (`passes::reroll`) as [`Loop`]s, not unrolled.
+    pub loops: bool,
 }
 
 impl ScheduleOptions {
@@ -248,6 +288,7 @@ impl ScheduleOptions {
             mode,
             opaque_math: false,
             greek_stderr: true,
+            loops: false,
         }
     }
 }
@@ -343,7 +384,12 @@ impl Builder<'_> {
     fn def(&self, v: NodeId, name: &dyn Fn(NodeId) -> Var, key: Key) -> Def {
         match *self.tape.node(v) {
             Node::Input(i) => Def::Input(self.ladder.map_or(i, |l| l.input_slot[i as usize])),
-            Node::Draw(kind, index) => Def::Draw { kind, index, key },
+            Node::Draw(kind, index) => Def::Draw {
+                kind,
+                index,
+                stride: 0,
+                key,
+            },
             node => {
                 let rule = ops::rule(node.op()).expect("arithmetic ops have rules");
                 let mut args = node.args().map(|a| self.operand(a, name));
@@ -500,6 +546,171 @@ impl Builder<'_> {
         }
         out.push(Stmt::Note("leaves".into()));
         out.push(self.leaves(&|o, i| self.adjoint_greek(o, i)));
+        out
+    }
+
+    /// Price mode with the tape's loop regions as [`Loop`]s: the plain sweep, where each region
+    /// is one loop per run of iterations that read the same outer values (a bucketed vol's
+    /// region is a loop per bucket). A body node is defined when any iteration's copy is live;
+    /// the carried values are what the next iteration reads and what the rest of the tape reads
+    /// of the last iteration, which is read after the loop through [`Var::Carried`].
+    fn price_loops(&self) -> Vec<Stmt> {
+        use crate::passes::reroll::{reroll, Arg, Region};
+        let regions = reroll(self.tape, LOOP_MIN_NODES);
+        let mut out = vec![Stmt::Note("forward sweep".into())];
+        // After a region, its last iteration's nodes are read as carried values.
+        let mut after: std::collections::HashMap<NodeId, NodeId> = Default::default();
+        let name = |after: &std::collections::HashMap<NodeId, NodeId>, v: NodeId| match after.get(&v)
+        {
+            Some(&c) => Var::Carried(c),
+            None => Var::Value(v),
+        };
+        let mut next = 0u32;
+        let nodes = |out: &mut Vec<Stmt>,
+                     after: &std::collections::HashMap<NodeId, NodeId>,
+                     range: std::ops::Range<u32>| {
+            for v in range.map(NodeId) {
+                if self.live(v) && !self.is_const(v) {
+                    out.push(self.define(v, &|a| name(after, a), Key::Kernel, true));
+                }
+            }
+        };
+        for r in &regions {
+            nodes(&mut out, &after, next..r.start);
+            let body_node = |j: u32| r.id(0, j);
+            // A body node is defined in a loop where one of its iterations' copies is live
+            // (whose arguments are then live there too).
+            let live = |j: u32, run: std::ops::Range<u32>| run.into_iter().any(|i| self.live(r.id(i, j)));
+            // What the rest of the tape reads of the last iteration.
+            let mut exits = vec![false; r.period as usize];
+            let last = r.id(r.count - 1, 0).0;
+            for v in (r.end()..self.tape.len() as u32).map(NodeId) {
+                for a in self.tape.node(v).args() {
+                    if a.0 >= last && a.0 < r.end() {
+                        exits[(a.0 - last) as usize] = true;
+                    }
+                }
+            }
+            for o in &self.tape.outputs {
+                if o.node.0 >= last && o.node.0 < r.end() {
+                    exits[(o.node.0 - last) as usize] = true;
+                }
+            }
+            let carried_from = r.carried();
+            let carried: Vec<u32> = (0..r.period)
+                .filter(|&j| exits[j as usize] || carried_from.contains(&j))
+                .collect();
+            let init_of = |j: u32| -> Operand {
+                r.body
+                    .iter()
+                    .flat_map(|b| &b.args)
+                    .find_map(|a| match a {
+                        Arg::Carried { from, init } if *from == j => Some(*init),
+                        _ => None,
+                    })
+                    // A dead start is read by no live copy: any value stands for it.
+                    .filter(|&init| self.live(init) || self.is_const(init))
+                    .map_or(Operand::Lit(0.0), |init| self.operand(init, &|a| name(&after, a)))
+            };
+            let operand = |a: &Arg, i: u32| -> Operand {
+                match a {
+                    Arg::Outer(x) => self.operand(*x, &|v| name(&after, v)),
+                    Arg::Indexed(xs) => self.operand(xs[i as usize], &|v| name(&after, v)),
+                    Arg::Local(j) => self.operand(body_node(*j), &Var::Value),
+                    Arg::Carried { from, .. } => Operand::Var(Var::Carried(body_node(*from))),
+                }
+            };
+            // Runs of iterations reading the same outer values.
+            let same = |i: u32, k: u32| {
+                r.body.iter().flat_map(|b| &b.args).all(|a| match a {
+                    Arg::Indexed(xs) => xs[i as usize] == xs[k as usize],
+                    _ => true,
+                })
+            };
+            let mut first = 0;
+            while first < r.count {
+                let mut end = first + 1;
+                while end < r.count && same(first, end) {
+                    end += 1;
+                }
+                let mut body = Vec::new();
+                for (j, b) in r.body.iter().enumerate() {
+                    let j = j as u32;
+                    let v = body_node(j);
+                    if !live(j, first..end) || self.is_const(v) {
+                        continue;
+                    }
+                    let def = match b.shape {
+                        crate::passes::reroll::Shape::Draw {
+                            kind,
+                            first: index,
+                            stride,
+                        } => Def::Draw {
+                            kind,
+                            index,
+                            stride,
+                            key: Key::Kernel,
+                        },
+                        crate::passes::reroll::Shape::Leaf(Node::Input(k)) => {
+                            Def::Input(self.ladder.map_or(k, |l| l.input_slot[k as usize]))
+                        }
+                        _ => {
+                            let rule = ops::rule(self.tape.node(v).op())
+                                .expect("an arithmetic node has a rule");
+                            let mut args = b.args.iter().map(|a| operand(a, first));
+                            Def::Rule {
+                                rule,
+                                args: [args.next(), args.next()],
+                            }
+                        }
+                    };
+                    body.push(Stmt::Define {
+                        node: v,
+                        def,
+                        declare: true,
+                    });
+                }
+                out.push(Stmt::Loop(Loop {
+                    note: format!(
+                        "iterations {first}..{end} of %{}..%{} ({} nodes each)",
+                        r.start,
+                        r.end(),
+                        r.period
+                    ),
+                    first,
+                    count: end - first,
+                    // A carried node dead in all of this loop's iterations is read by none
+                    // of the next (its copies there would be live): it keeps its value.
+                    carried: carried
+                        .iter()
+                        .map(|&j| Carry {
+                            node: body_node(j),
+                            init: (first == 0).then(|| init_of(j)),
+                            next: (live(j, first..end) || self.is_const(body_node(j)))
+                                .then(|| self.operand(body_node(j), &Var::Value)),
+                        })
+                        .collect(),
+                    body,
+                }));
+                first = end;
+            }
+            for &j in &carried {
+                after.insert(NodeId(last + j), body_node(j));
+            }
+            let _: &Region = r;
+            next = r.end();
+        }
+        nodes(&mut out, &after, next..self.tape.len() as u32);
+        out.push(Stmt::Note("leaves".into()));
+        let Stmt::Leaves(mut leaves) = self.leaves(&|o, i| self.adjoint_greek(o, i)) else {
+            unreachable!("leaves() makes the leaves")
+        };
+        for l in &mut leaves {
+            if let Leaf::Value(Operand::Var(Var::Value(v))) = *l {
+                *l = Leaf::Value(Operand::Var(name(&after, v)));
+            }
+        }
+        out.push(Stmt::Leaves(leaves));
         out
     }
 
@@ -756,6 +967,7 @@ impl Schedule {
         let body = match (opts.mode, checkpointed) {
             (Mode::Forward, _) => b.forward(&colouring),
             (_, Some(plan)) => b.checkpointed(plan),
+            (Mode::Price, None) if opts.loops => b.price_loops(),
             _ => b.plain(),
         };
         let sp = checkpointed.map(|p| &p.segments);
@@ -794,8 +1006,10 @@ impl Schedule {
         fn go(stmts: &[Stmt], f: &mut impl FnMut(&Stmt)) {
             for s in stmts {
                 f(s);
-                if let Stmt::Block(b) = s {
-                    go(&b.body, f);
+                match s {
+                    Stmt::Block(b) => go(&b.body, f),
+                    Stmt::Loop(l) => go(&l.body, f),
+                    _ => {}
                 }
             }
         }

@@ -40,6 +40,7 @@ struct Checker<'a> {
     path: Vec<usize>,
     draws: u32,
     schedule: &'a Schedule,
+    in_loop: bool,
 }
 
 impl Checker<'_> {
@@ -106,7 +107,12 @@ impl Checker<'_> {
             Stmt::Define { node, def, declare } => {
                 match def {
                     Def::Input(_) => {}
-                    Def::Draw { index, key, .. } => {
+                    Def::Draw {
+                        index, key, stride, ..
+                    } => {
+                        if *stride > 0 && !self.in_loop {
+                            return self.fail(format!("{node} draws by a stride outside a loop"));
+                        }
                         if *index >= self.draws {
                             return self.fail(format!(
                                 "{node} draws index {index}, past the tape's {} draws",
@@ -204,6 +210,34 @@ impl Checker<'_> {
                 self.stmts(&b.body)?;
                 self.scopes.pop();
             }
+            Stmt::Loop(l) => {
+                if self.in_loop {
+                    return self.fail("a loop inside a loop".into());
+                }
+                for c in &l.carried {
+                    let v = Var::Carried(c.node);
+                    match c.init {
+                        Some(x) => {
+                            self.read(x, "a carried value's start")?;
+                            self.top().defined.insert(v);
+                        }
+                        None if !self.visible(v) => {
+                            return self.fail(format!(
+                                "{v:?} continues from an earlier loop, and none defined it"
+                            ))
+                        }
+                        None => {}
+                    }
+                }
+                self.scopes.push(Scope::default());
+                self.in_loop = true;
+                self.stmts(&l.body)?;
+                for x in l.carried.iter().filter_map(|c| c.next) {
+                    self.read(x, "a carried value's update")?;
+                }
+                self.in_loop = false;
+                self.scopes.pop();
+            }
             Stmt::Leaves(leaves) => {
                 for (i, l) in leaves.iter().enumerate() {
                     match *l {
@@ -238,6 +272,7 @@ pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError>
         path: Vec::new(),
         draws: tape.tape().n_draws,
         schedule,
+        in_loop: false,
     };
     c.stmts(&schedule.body)
 }
