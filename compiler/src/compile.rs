@@ -68,6 +68,20 @@ pub const LLVM_MAX_NODES: usize = 50_000;
 /// Explicit `--cpu-backend llvm` is still honoured.
 pub const LLVM_MAX_SUMS: usize = 512;
 
+/// The nodes of the straight-line code a kernel of `tape` prints with `opts`: the tape's, or
+/// with loops (`CompileOptions::loops`, price mode) the tape's less every loop's iterations after
+/// its first (what LLVM's optimiser and the size limits see).
+pub fn printed_nodes(tape: &Verified, opts: &CompileOptions) -> usize {
+    if !opts.schedule_options().loops {
+        return tape.len();
+    }
+    let rolled: usize = crate::passes::reroll::reroll(tape, crate::schedule::LOOP_MIN_NODES)
+        .iter()
+        .map(|r| (r.period * (r.count - 1)) as usize)
+        .sum();
+    tape.len() - rolled
+}
+
 /// An upper bound on the per-path sums of `tape`'s kernel in `mode` over `markets` fused
 /// markets: per output 3 (value, its square, the non-finite count), plus 2 a Greek (each
 /// input, and its square) when the mode has Greeks.
@@ -375,8 +389,9 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
             "it chooses the back end of CPU code (target cpu)",
         );
     }
-    if opts.cpu_backend == CpuBackend::Llvm && tape.len() > LLVM_MAX_NODES {
-        return Err(CompileError::TooLargeForLlvm { nodes: tape.len() });
+    let printed = printed_nodes(tape, opts);
+    if opts.cpu_backend == CpuBackend::Llvm && printed > LLVM_MAX_NODES {
+        return Err(CompileError::TooLargeForLlvm { nodes: printed });
     }
     crate::budget::check(tape, opts.mode)?;
     let plan = crate::passes::plan(tape, &opts.segments);

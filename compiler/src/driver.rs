@@ -502,7 +502,8 @@ pub fn options(tape: &Verified, req: &Request, run: Option<&Run>) -> Result<Reso
             let markets = o.ladder.as_ref().map_or(1, |l| l.markets as usize);
             let sums = crate::compile::per_path_sums(tape, o.mode, markets);
             o.cpu_backend = req.cpu_backend.unwrap_or_else(|| {
-                CpuBackend::fastest_for(tape.len().saturating_mul(markets), sums)
+                let nodes = crate::compile::printed_nodes(tape, &o);
+                CpuBackend::fastest_for(nodes.saturating_mul(markets), sums)
             });
         }
     }

@@ -494,8 +494,11 @@ impl Machine<'_> {
                     self.iteration = i;
                     self.scopes.push(Scope::default());
                     self.block(&l.body);
-                    let next: Vec<Option<f64>> =
-                        l.carried.iter().map(|c| c.next.map(|x| self.read(x))).collect();
+                    let next: Vec<Option<f64>> = l
+                        .carried
+                        .iter()
+                        .map(|c| c.next.map(|x| self.read(x)))
+                        .collect();
                     self.scopes.pop();
                     for (c, x) in l.carried.iter().zip(next) {
                         if let Some(x) = x {

@@ -915,7 +915,11 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
         ("barrier52".into(), product(Product::Barrier, 52, 3)),
         ("basket8x16".into(), product(Product::Basket, 16, 8)),
     ];
-    tapes.extend(corpus().into_iter().map(|c| (c.name, c.tape.tape().clone())));
+    tapes.extend(
+        corpus()
+            .into_iter()
+            .map(|c| (c.name, c.tape.tape().clone())),
+    );
     let mut looped = 0;
     for (target, backend) in backends() {
         let mut cpu_backends = vec![nablac::compile::CpuBackend::Cranelift];
@@ -943,9 +947,9 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
                         };
                         match compile(&v, &o) {
                             Ok(k) => Some(k),
-                            Err(nablac::compile::CompileError::Emit(
-                                EmitError::Unsupported { .. },
-                            )) if target == Target::Glsl && precision == Precision::F64 => None,
+                            Err(nablac::compile::CompileError::Emit(EmitError::Unsupported {
+                                ..
+                            })) if target == Target::Glsl && precision == Precision::F64 => None,
                             Err(e) => panic!("{what}: compile: {e}"),
                         }
                     };
@@ -967,5 +971,8 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
             }
         }
     }
-    assert!(looped >= 6, "the products compile as loops ({looped} kernels shrank)");
+    assert!(
+        looped >= 6,
+        "the products compile as loops ({looped} kernels shrank)"
+    );
 }

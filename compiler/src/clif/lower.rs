@@ -582,7 +582,7 @@ pub(super) fn lower(
         m1: b.ins().iconst(types::I32, i64::from(M1)),
         stream: [b.ins().iconst(types::I32, 0), b.ins().iconst(types::I32, 1)],
     };
-    let lits = literals(&schedule)
+    let lits = literals(schedule)
         .into_iter()
         .map(|x| (x.to_bits(), fc(&mut b, x)))
         .collect();
@@ -721,11 +721,9 @@ pub(super) fn lower(
                     })
                     .collect();
                 let it = b.ins().iadd_imm_u(p[0], 1);
-                let more = b.ins().icmp_imm_u(
-                    IntCC::UnsignedLessThan,
-                    it,
-                    i64::from(l.first + l.count),
-                );
+                let more =
+                    b.ins()
+                        .icmp_imm_u(IntCC::UnsignedLessThan, it, i64::from(l.first + l.count));
                 let mut again = vec![BlockArg::Value(it)];
                 again.extend(next.iter().cloned());
                 b.ins().brif(more, lp, &again, after, &next);

@@ -843,9 +843,7 @@ fn build<'ctx>(
                 let inits = l
                     .carried
                     .iter()
-                    .map(|c| {
-                        vals.operand(&v, c.init.unwrap_or(Operand::Var(Var::Carried(c.node))))
-                    })
+                    .map(|c| vals.operand(&v, c.init.unwrap_or(Operand::Var(Var::Carried(c.node)))))
                     .collect::<R<Vec<_>>>()?;
                 b.build_unconditional_branch(lp)?;
                 b.position_at_end(lp);
@@ -870,9 +868,7 @@ fn build<'ctx>(
                 let next = l
                     .carried
                     .iter()
-                    .map(|c| {
-                        vals.operand(&v, c.next.unwrap_or(Operand::Var(Var::Carried(c.node))))
-                    })
+                    .map(|c| vals.operand(&v, c.next.unwrap_or(Operand::Var(Var::Carried(c.node)))))
                     .collect::<R<Vec<_>>>()?;
                 let latch = b.get_insert_block().ok_or_else(|| missing("block"))?;
                 let it1 = b.build_int_add(itv, i64t.const_int(1, false), "")?;

@@ -537,7 +537,11 @@ mod tests {
             let bits = |r: &[f64]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "{what}: path {path}");
         }
-        let loops = looped.body.iter().filter(|s| matches!(s, Stmt::Loop(_))).count();
+        let loops = looped
+            .body
+            .iter()
+            .filter(|s| matches!(s, Stmt::Loop(_)))
+            .count();
         assert_eq!(
             loops > 0,
             !reroll(t, crate::schedule::LOOP_MIN_NODES).is_empty(),

@@ -560,11 +560,11 @@ impl Builder<'_> {
         let mut out = vec![Stmt::Note("forward sweep".into())];
         // After a region, its last iteration's nodes are read as carried values.
         let mut after: std::collections::HashMap<NodeId, NodeId> = Default::default();
-        let name = |after: &std::collections::HashMap<NodeId, NodeId>, v: NodeId| match after.get(&v)
-        {
-            Some(&c) => Var::Carried(c),
-            None => Var::Value(v),
-        };
+        let name =
+            |after: &std::collections::HashMap<NodeId, NodeId>, v: NodeId| match after.get(&v) {
+                Some(&c) => Var::Carried(c),
+                None => Var::Value(v),
+            };
         let mut next = 0u32;
         let nodes = |out: &mut Vec<Stmt>,
                      after: &std::collections::HashMap<NodeId, NodeId>,
@@ -580,7 +580,8 @@ impl Builder<'_> {
             let body_node = |j: u32| r.id(0, j);
             // A body node is defined in a loop where one of its iterations' copies is live
             // (whose arguments are then live there too).
-            let live = |j: u32, run: std::ops::Range<u32>| run.into_iter().any(|i| self.live(r.id(i, j)));
+            let live =
+                |j: u32, run: std::ops::Range<u32>| run.into_iter().any(|i| self.live(r.id(i, j)));
             // What the rest of the tape reads of the last iteration.
             let mut exits = vec![false; r.period as usize];
             let last = r.id(r.count - 1, 0).0;
@@ -610,7 +611,9 @@ impl Builder<'_> {
                     })
                     // A dead start is read by no live copy: any value stands for it.
                     .filter(|&init| self.live(init) || self.is_const(init))
-                    .map_or(Operand::Lit(0.0), |init| self.operand(init, &|a| name(&after, a)))
+                    .map_or(Operand::Lit(0.0), |init| {
+                        self.operand(init, &|a| name(&after, a))
+                    })
             };
             let operand = |a: &Arg, i: u32| -> Operand {
                 match a {
