@@ -4,7 +4,8 @@
 # Installs what the tests need when it is missing (PoCL, lavapipe, glslang, spirv-tools, the
 # NVRTC/ptxas wheels: scripts/install-test-deps.sh), then runs every test in the workspace with
 # the real compilers required, checks formatting and clippy, rejects pending or unreferenced insta
-# snapshots, and runs each fuzz target for a minute (scripts/fuzz.sh).
+# snapshots, runs the Python package's tests (scripts/python-tests.sh) and each fuzz target for a
+# minute (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -26,6 +27,9 @@ export INSTA_SNAPSHOT_REFERENCES_FILE=$refs
 
 step "cargo test --workspace (the nablac binary's default features: LLVM back end on)"
 cargo test --workspace --locked --no-fail-fast
+
+step "the Python package: built into a fresh virtual environment, its pytest suite (scripts/python-tests.sh)"
+bash scripts/python-tests.sh
 
 step "without the llvm feature (the libraries' default): their unit tests and the CPU runtime's; the binary builds"
 # (The GPU-backend tests do not depend on the feature; the workspace run above ran them.)

@@ -1,0 +1,68 @@
+"""nablac: record a Monte Carlo payoff in Python, compile it into an adjoint kernel, price it
+with every Greek.
+
+    import numpy as np, nablac
+    with nablac.record() as t:
+        spot, strike, vol = t.input("spot", 100.0), t.input("strike", 100.0), t.input("vol", 0.2)
+        st = spot * np.exp(0.03 - 0.5 * (vol * vol) + vol * t.normal())
+        t.output("call", np.maximum(st - strike, 0.0) * np.exp(-0.03))
+    r = nablac.run(t, paths=1_000_000, seed=42)
+    r.value, r.stderr, r.greeks["spot"]
+
+Tapes: :func:`record`, :func:`load`, :func:`parse`, :func:`product` (a built-in product),
+``Tape.save``. Kernels: :func:`compile`. Results: :func:`run`. Draws: :func:`draws`. Errors:
+:class:`Error` and its subclasses.
+"""
+
+from ._errors import (
+    BranchError,
+    CompileError,
+    Error,
+    FileError,
+    NonFiniteWarning,
+    OptionError,
+    RecordError,
+    RunError,
+    TapeError,
+    UnsupportedError,
+)
+from ._nablac import Kernel, Tape, draws, load, parse
+from ._record import Recording, Value, ncdf, record, where
+from ._api import OutputResult, Result, compile, product, run
+
+from . import _nablac as _ext
+
+#: The compile options :func:`compile` and :func:`run` take as keywords.
+OPTIONS = tuple(_ext.OPTIONS)
+del _ext
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BranchError",
+    "CompileError",
+    "Error",
+    "FileError",
+    "Kernel",
+    "NonFiniteWarning",
+    "OPTIONS",
+    "OptionError",
+    "OutputResult",
+    "RecordError",
+    "Recording",
+    "Result",
+    "RunError",
+    "Tape",
+    "TapeError",
+    "UnsupportedError",
+    "Value",
+    "compile",
+    "draws",
+    "load",
+    "ncdf",
+    "parse",
+    "product",
+    "record",
+    "run",
+    "where",
+]
