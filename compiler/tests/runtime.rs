@@ -920,8 +920,11 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
             .into_iter()
             .map(|c| (c.name, c.tape.tape().clone())),
     );
-    let mut looped = 0;
+    // Kernels that shrank with loops, and the backends run (at least the three products' f32
+    // kernels shrink on each).
+    let (mut looped, mut opened) = (0, 0);
     for (target, backend) in backends() {
+        opened += 1;
         let mut cpu_backends = vec![nablac::compile::CpuBackend::Cranelift];
         if target == Target::Cpu && cfg!(feature = "llvm") {
             cpu_backends.push(nablac::compile::CpuBackend::Llvm);
@@ -972,7 +975,7 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
         }
     }
     assert!(
-        looped >= 6,
-        "the products compile as loops ({looped} kernels shrank)"
+        looped >= 3 * opened,
+        "the products compile as loops ({looped} kernels shrank on {opened} backends)"
     );
 }
