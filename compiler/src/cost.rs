@@ -653,47 +653,20 @@ output price = %5
     /// weights behind fails here: refit with `scripts/fit-cost.py` and update both.
     #[test]
     fn the_cpu_model_holds_on_the_times_it_was_fitted_on() {
-        use crate::products::{record, Market, Options, Product};
-        let tape = |product, steps, assets| {
-            let o = Options {
-                steps,
-                assets,
-                ..Options::defaults(product)
-            };
-            crate::verify::verify(record(product, &o, &Market::default()).unwrap()).unwrap()
-        };
+        use crate::passes::fixtures::{asian, basket, european, product};
+        use crate::products::Product;
         // (tape, measured price, forward, reverse, the kernel to choose where not a tie)
         let measured = [
-            (
-                "asian252",
-                tape(Product::AsianCall, 252, 3),
-                [1155.6, 1359.7, 1355.4],
-                None,
-            ),
-            (
-                "asian64",
-                tape(Product::AsianCall, 64, 3),
-                [301.2, 367.6, 356.0],
-                None,
-            ),
+            ("asian252", asian(252), [1155.6, 1359.7, 1355.4], None),
+            ("asian64", asian(64), [301.2, 367.6, 356.0], None),
             (
                 "barrier252",
-                tape(Product::Barrier, 252, 3),
+                product(Product::Barrier, Some(252)),
                 [1587.7, 3138.6, 2201.9],
                 Some("reverse"),
             ),
-            (
-                "basket8",
-                tape(Product::Basket, 16, 8),
-                [619.7, 668.7, 697.5],
-                None,
-            ),
-            (
-                "european",
-                tape(Product::EuropeanCall, 1, 3),
-                [17.2, 33.2, 34.8],
-                None,
-            ),
+            ("basket8", basket(8, 16), [619.7, 668.7, 697.5], None),
+            ("european", european(), [17.2, 33.2, 34.8], None),
         ];
         for (name, tape, ns, choice) in measured {
             let c = choose(&tape, &CompileOptions::new(Target::Cpu)).unwrap();

@@ -609,16 +609,7 @@ mod tests {
 
     #[test]
     fn options_left_out_are_the_measured_defaults() {
-        use crate::products::{record, Market, Options, Product};
-        let tape = crate::verify::verify(
-            record(
-                Product::AsianCall,
-                &Options::defaults(Product::AsianCall),
-                &Market::default(),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let tape = crate::passes::fixtures::asian(252);
         // Auto mode on the GPU is the cost model's choice, and it says so.
         let gpu = Request {
             target: Some(Target::Cuda),
@@ -663,16 +654,7 @@ mod tests {
 
     #[test]
     fn options_a_kernel_compiled_already_cannot_take_are_refused() {
-        use crate::products::{record, Market, Options, Product};
-        let tape = crate::verify::verify(
-            record(
-                Product::EuropeanCall,
-                &Options::defaults(Product::EuropeanCall),
-                &Market::default(),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let tape = crate::passes::fixtures::european();
         let (_, k) = compile(&tape, &Request::default(), None).unwrap();
         let ok = Request {
             mode: Some(k.manifest.mode),

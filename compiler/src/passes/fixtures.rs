@@ -16,6 +16,17 @@ pub fn product(product: Product, steps: Option<u32>) -> Verified {
     }
 }
 
+/// The basket of `assets` correlated assets over `steps` steps (other options at their defaults).
+pub fn basket(assets: u32, steps: u32) -> Verified {
+    let options = Options {
+        assets,
+        steps,
+        ..Options::defaults(Product::Basket)
+    };
+    crate::verify::verify(record(Product::Basket, &options, &Market::default()).unwrap())
+        .expect("a recorded tape verifies")
+}
+
 /// The arithmetic Asian call over `steps` steps: 15 + 6·steps + 9 nodes, the reference layout.
 pub fn asian(steps: u32) -> Verified {
     product(Product::AsianCall, Some(steps))

@@ -361,16 +361,16 @@ fn exits_last(users: &[Vec<u32>], mut r: Region) -> Option<Region> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::products::{record, Market, Options, Product};
+    use crate::products::Product;
     use proptest::prelude::*;
 
+    /// `p`'s tape over `steps` steps (a basket of `assets`), from the passes' fixtures.
     fn product(p: Product, steps: u32, assets: u32) -> Tape {
-        let o = Options {
-            steps,
-            assets,
-            ..Options::defaults(p)
+        let v = match p {
+            Product::Basket => crate::passes::fixtures::basket(assets, steps),
+            p => crate::passes::fixtures::product(p, Some(steps)),
         };
-        record(p, &o, &Market::default()).unwrap()
+        v.tape().clone()
     }
 
     fn assert_round_trip(t: &Tape, regions: &[Region]) {

@@ -281,16 +281,8 @@ pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError>
 mod tests {
     use super::*;
     use crate::emit::Mode;
+    use crate::passes::fixtures::asian;
     use crate::schedule::{Block, ScheduleOptions};
-
-    fn asian(steps: u32) -> Verified {
-        use crate::products::{record, Market, Options, Product};
-        let o = Options {
-            steps,
-            ..Options::defaults(Product::AsianCall)
-        };
-        crate::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap()).unwrap()
-    }
 
     /// Every schedule the builder makes passes: plain and checkpointed (both strategies), in
     /// every mode, on the products and on random tapes.
