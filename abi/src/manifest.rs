@@ -98,6 +98,20 @@ pub enum Checkpoint {
     Scratch,
 }
 
+impl Checkpoint {
+    /// Every strategy, in the order options list them.
+    pub const ALL: [Checkpoint; 3] = [Checkpoint::Off, Checkpoint::Registers, Checkpoint::Scratch];
+
+    /// The strategy's name, as options and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Checkpoint::Off => "off",
+            Checkpoint::Registers => "registers",
+            Checkpoint::Scratch => "scratch",
+        }
+    }
+}
+
 /// One kernel parameter, buffer or push constant, in binding order.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct Param {

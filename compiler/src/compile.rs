@@ -401,14 +401,9 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
         precision: opts.precision,
         greek_stderr: opts.greek_stderr,
     };
+    // (The CPU code ignores the checkpoint plan: Cranelift's and LLVM's allocators spill.)
     let schedule = match opts.target {
-        Target::Cpu => crate::schedule::Schedule::plain(
-            tape,
-            crate::schedule::ScheduleOptions {
-                loops: opts.schedule_options().loops,
-                ..crate::clif::plain_schedule_options(&clif_opts)
-            },
-        ),
+        Target::Cpu => crate::schedule::Schedule::plain(tape, opts.schedule_options()),
         _ => crate::schedule::Schedule::build(tape, &plan, opts.schedule_options()),
     };
     #[cfg(debug_assertions)]

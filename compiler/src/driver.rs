@@ -216,15 +216,6 @@ fn with(o: Opt, v: impl ToString) -> (Opt, Option<String>) {
     (o, Some(v.to_string()))
 }
 
-/// The name of a checkpoint strategy, as options spell it.
-pub fn checkpoint_name(c: Checkpoint) -> &'static str {
-    match c {
-        Checkpoint::Registers => "registers",
-        Checkpoint::Scratch => "scratch",
-        Checkpoint::Off => "off",
-    }
-}
-
 /// The strategy a target checkpoints with by default.
 fn default_checkpoint(target: Target) -> Checkpoint {
     CompileOptions::new(target).segments.strategy
@@ -240,7 +231,7 @@ impl Request {
     fn checkpointing(&self) -> Vec<(Opt, Option<String>)> {
         let mut given = Vec::new();
         if let Some(c) = self.checkpoint.filter(|&c| c != Checkpoint::Off) {
-            given.push(with(Opt::Checkpoint, checkpoint_name(c)));
+            given.push(with(Opt::Checkpoint, c.name()));
         }
         if let Some(n) = self.segments.filter(|&n| n > 1) {
             given.push(with(Opt::Segments, n));
@@ -381,7 +372,7 @@ pub fn check_segmenting(req: &Request, default: Checkpoint) -> Result<(), Driver
             "{} does nothing with {}: it lays out the scratch buffer of {}",
             &[
                 bare(Opt::ScratchLayout),
-                with(Opt::Checkpoint, checkpoint_name(strategy)),
+                with(Opt::Checkpoint, strategy.name()),
                 with(Opt::Checkpoint, "scratch"),
             ],
         );

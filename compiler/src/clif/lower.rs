@@ -620,23 +620,13 @@ pub(super) fn lower(
     let no_draws = |_: &mut FunctionBuilder, _: DrawKind, _: Value| -> Value {
         unreachable!("draws are path-dependent")
     };
-    // Path-independent definitions run once per call, before the paths: those of the top
-    // level that read only inputs, literals and other such definitions (not a loop's values).
-    let mut hoisted = vec![false; n];
+    // Path-independent definitions run once per call, before the paths.
+    let hoisted = schedule.hoisted(varying);
     for s in &schedule.body {
         if let Stmt::Define { node, def, .. } = s {
-            let reads_hoisted = match def {
-                Def::Rule { args, .. } => args.iter().flatten().all(|a| match a {
-                    Operand::Lit(_) => true,
-                    Operand::Var(Var::Value(x)) => hoisted[x.index()],
-                    Operand::Var(_) => false,
-                }),
-                _ => true,
-            };
-            if !varying[node.index()] && reads_hoisted {
+            if hoisted[node.index()] {
                 let x = define(&cx, &mut b, &vals, def, &no_draws, &load, None);
                 vals.val[node.index()] = Some(x);
-                hoisted[node.index()] = true;
             }
         }
     }

@@ -173,15 +173,13 @@ pub fn emit(v: &Verified, opts: &Options) -> Result<Kernel, ClifError> {
 /// The schedule the CPU code follows: the plain one (no checkpoint segments), with `opts`'s
 /// mode and Greeks' squares. The LLVM back end follows the same.
 pub fn plain_schedule(v: &Verified, opts: &Options) -> crate::schedule::Schedule {
-    crate::schedule::Schedule::plain(v, plain_schedule_options(opts))
-}
-
-/// The options of [`plain_schedule`]: `opts`'s mode and Greeks' squares, unrolled.
-pub fn plain_schedule_options(opts: &Options) -> crate::schedule::ScheduleOptions {
-    crate::schedule::ScheduleOptions {
-        greek_stderr: opts.greek_stderr,
-        ..crate::schedule::ScheduleOptions::new(opts.mode)
-    }
+    crate::schedule::Schedule::plain(
+        v,
+        crate::schedule::ScheduleOptions {
+            greek_stderr: opts.greek_stderr,
+            ..crate::schedule::ScheduleOptions::new(opts.mode)
+        },
+    )
 }
 
 /// [`emit`] lowering `schedule`, which must be [`plain_schedule`]`(v, opts)` (what

@@ -636,21 +636,11 @@ fn build<'ctx>(
         carried: Default::default(),
     };
     let varying = &verified.info().path_dependent;
-    // Definitions that read no draw: once, in the entry block (those of the top level that
-    // read only inputs, literals and other such definitions, not a loop's values).
-    let mut hoisted = vec![false; tape.len()];
+    // Path-independent definitions: once, in the entry block.
+    let hoisted = schedule.hoisted(varying);
     for s in &schedule.body {
         if let Stmt::Define { node, def, .. } = s {
-            let reads_hoisted = match def {
-                Def::Rule { args, .. } => args.iter().flatten().all(|a| match a {
-                    Operand::Lit(_) => true,
-                    Operand::Var(Var::Value(x)) => hoisted[x.index()],
-                    Operand::Var(_) => false,
-                }),
-                _ => true,
-            };
-            if !varying[node.index()] && reads_hoisted {
-                hoisted[node.index()] = true;
+            if hoisted[node.index()] {
                 let x = match *def {
                     Def::Input(k) => {
                         // SAFETY (of the generated code): the ABI gives one T per input.

@@ -5,7 +5,7 @@
 use super::{
     alive_profile_checkpointed, alive_profile_plain, max_live_checkpointed, max_live_plain,
 };
-use crate::plan::{Checkpoint, Plan};
+use crate::plan::Plan;
 use crate::tape::NodeId;
 use crate::verify::Verified;
 use plotters::prelude::*;
@@ -106,14 +106,6 @@ pub fn explain_forward_text(tape: &Verified) -> String {
     s
 }
 
-fn strategy_name(c: Checkpoint) -> &'static str {
-    match c {
-        Checkpoint::Off => "off",
-        Checkpoint::Registers => "registers",
-        Checkpoint::Scratch => "scratch",
-    }
-}
-
 /// A compact table for the terminal: the summary line, then one row per segment.
 pub fn explain_text(tape: &Verified, plan: &Plan) -> String {
     let e = explain(tape, plan);
@@ -126,7 +118,7 @@ pub fn explain_text(tape: &Verified, plan: &Plan) -> String {
         e.active,
         e.segments,
         if e.segments == 1 { "" } else { "s" },
-        strategy_name(sp.strategy),
+        sp.strategy.name(),
         e.persistent,
         e.max_live_plain,
         e.max_live_checkpointed
@@ -178,7 +170,7 @@ pub fn plan_listing(tape: &Verified, plan: &Plan) -> String {
         "nodes {}  active {}  strategy {}",
         e.nodes,
         e.active,
-        strategy_name(sp.strategy)
+        sp.strategy.name()
     );
     let dead: Vec<NodeId> = tape
         .ids()

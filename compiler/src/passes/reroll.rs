@@ -55,6 +55,8 @@ pub struct Region {
     pub period: u32,
     pub count: u32,
     pub body: Vec<BodyNode>,
+    /// The body nodes whose last-iteration value the rest of the tape (or an output) reads.
+    pub exits: Vec<u32>,
 }
 
 impl Region {
@@ -92,6 +94,27 @@ impl Region {
         }
     }
 
+    /// The node before the region that body node `from`'s carried value starts from, where
+    /// an iteration reads it (one per node: `reroll` finds no region that would need two).
+    pub fn init(&self, from: u32) -> Option<NodeId> {
+        self.body
+            .iter()
+            .flat_map(|b| &b.args)
+            .find_map(|a| match a {
+                Arg::Carried { from: f, init } if *f == from => Some(*init),
+                _ => None,
+            })
+    }
+
+    /// The body nodes a loop keeps across iterations: those the next iteration reads
+    /// ([`Region::carried`]) and the [`Region::exits`], in order.
+    pub fn kept(&self) -> Vec<u32> {
+        let carried = self.carried();
+        (0..self.period)
+            .filter(|j| carried.contains(j) || self.exits.contains(j))
+            .collect()
+    }
+
     /// The draws one iteration makes.
     pub fn draws_per_iteration(&self) -> u32 {
         self.body
@@ -123,7 +146,7 @@ impl Region {
 pub fn reroll(tape: &Tape, min_nodes: u32) -> Vec<Region> {
     let n = tape.len() as u32;
     let periods = candidate_periods(tape);
-    let users = last_outside_users(tape);
+    let users = users_of(tape);
     let mut regions = Vec::new();
     let mut pos = 0;
     while pos + 2 <= n {
@@ -266,6 +289,7 @@ fn grow(tape: &Tape, s: u32, p: u32) -> Option<Region> {
         period: p,
         count: 2,
         body,
+        exits: Vec::new(),
     };
     'iterations: while r.end() + p <= n {
         let i = r.count;
@@ -318,7 +342,7 @@ fn grow(tape: &Tape, s: u32, p: u32) -> Option<Region> {
 }
 
 /// For each node, the nodes that read it (`u32::MAX` for an output).
-fn last_outside_users(tape: &Tape) -> Vec<Vec<u32>> {
+fn users_of(tape: &Tape) -> Vec<Vec<u32>> {
     let mut users = vec![Vec::new(); tape.len()];
     for (i, node) in tape.nodes.iter().enumerate() {
         for a in node.args() {
@@ -339,7 +363,12 @@ fn exits_last(users: &[Vec<u32>], mut r: Region) -> Option<Region> {
         let last = r.start + (r.count - 1) * r.period;
         let escaping = (r.start..last).find(|&v| users[v as usize].iter().any(|&u| u >= end));
         match escaping {
-            None => return Some(r),
+            None => {
+                r.exits = (0..r.period)
+                    .filter(|&j| users[(last + j) as usize].iter().any(|&u| u >= end))
+                    .collect();
+                return Some(r);
+            }
             Some(v) => {
                 let i = (v - r.start) / r.period;
                 if i + 1 < 2 {
@@ -488,6 +517,7 @@ mod tests {
             period,
             count,
             body,
+            exits: Vec::new(),
         };
         for i in 0..count {
             for j in 0..period {

@@ -555,7 +555,7 @@ impl Builder<'_> {
     /// the carried values are what the next iteration reads and what the rest of the tape reads
     /// of the last iteration, which is read after the loop through [`Var::Carried`].
     fn price_loops(&self) -> Vec<Stmt> {
-        use crate::passes::reroll::{reroll, Arg, Region};
+        use crate::passes::reroll::{reroll, Arg};
         let regions = reroll(self.tape, LOOP_MIN_NODES);
         let mut out = vec![Stmt::Note("forward sweep".into())];
         // After a region, its last iteration's nodes are read as carried values.
@@ -582,33 +582,10 @@ impl Builder<'_> {
             // (whose arguments are then live there too).
             let live =
                 |j: u32, run: std::ops::Range<u32>| run.into_iter().any(|i| self.live(r.id(i, j)));
-            // What the rest of the tape reads of the last iteration.
-            let mut exits = vec![false; r.period as usize];
             let last = r.id(r.count - 1, 0).0;
-            for v in (r.end()..self.tape.len() as u32).map(NodeId) {
-                for a in self.tape.node(v).args() {
-                    if a.0 >= last && a.0 < r.end() {
-                        exits[(a.0 - last) as usize] = true;
-                    }
-                }
-            }
-            for o in &self.tape.outputs {
-                if o.node.0 >= last && o.node.0 < r.end() {
-                    exits[(o.node.0 - last) as usize] = true;
-                }
-            }
-            let carried_from = r.carried();
-            let carried: Vec<u32> = (0..r.period)
-                .filter(|&j| exits[j as usize] || carried_from.contains(&j))
-                .collect();
+            let carried = r.kept();
             let init_of = |j: u32| -> Operand {
-                r.body
-                    .iter()
-                    .flat_map(|b| &b.args)
-                    .find_map(|a| match a {
-                        Arg::Carried { from, init } if *from == j => Some(*init),
-                        _ => None,
-                    })
+                r.init(j)
                     // A dead start is read by no live copy: any value stands for it.
                     .filter(|&init| self.live(init) || self.is_const(init))
                     .map_or(Operand::Lit(0.0), |init| {
@@ -700,7 +677,6 @@ impl Builder<'_> {
             for &j in &carried {
                 after.insert(NodeId(last + j), body_node(j));
             }
-            let _: &Region = r;
             next = r.end();
         }
         nodes(&mut out, &after, next..self.tape.len() as u32);
@@ -1002,6 +978,27 @@ impl Schedule {
     /// Is this a checkpointed reverse kernel (values carried across segment blocks)?
     pub fn is_checkpointed(&self) -> bool {
         self.segments > 1
+    }
+
+    /// The definitions a CPU lowering runs once per call, before the paths (indexed by node):
+    /// those of the top level that no draw reaches (`path_dependent`, the verifier's) and that
+    /// read only literals and other such definitions, not a loop's values.
+    pub fn hoisted(&self, path_dependent: &[bool]) -> Vec<bool> {
+        let mut hoisted = vec![false; path_dependent.len()];
+        for s in &self.body {
+            if let Stmt::Define { node, def, .. } = s {
+                let reads_hoisted = match def {
+                    Def::Rule { args, .. } => args.iter().flatten().all(|a| match a {
+                        Operand::Lit(_) => true,
+                        Operand::Var(Var::Value(x)) => hoisted[x.index()],
+                        Operand::Var(_) => false,
+                    }),
+                    Def::Input(_) | Def::Draw { .. } => true,
+                };
+                hoisted[node.index()] = !path_dependent[node.index()] && reads_hoisted;
+            }
+        }
+        hoisted
     }
 
     /// Calls `f` on every statement, blocks before their contents, in order.
