@@ -93,6 +93,31 @@ pub enum Opt {
 }
 
 impl Opt {
+    /// Every option, in [`Request`]'s field order.
+    pub const ALL: [Opt; 16] = [
+        Opt::Target,
+        Opt::Mode,
+        Opt::Precision,
+        Opt::Checkpoint,
+        Opt::Segments,
+        Opt::CkptNodes,
+        Opt::SegLen,
+        Opt::ScratchLayout,
+        Opt::WorkgroupSize,
+        Opt::Annotate,
+        Opt::MinBlocks,
+        Opt::CpuBackend,
+        Opt::GreekStderr,
+        Opt::Markets,
+        Opt::LadderInputs,
+        Opt::Loops,
+    ];
+
+    /// The option whose field is `name`.
+    pub fn of_field(name: &str) -> Option<Opt> {
+        Opt::ALL.into_iter().find(|o| o.field() == name)
+    }
+
     /// The field of [`Request`] (and of [`CompileOptions`]) that holds it.
     pub fn field(self) -> &'static str {
         match self {

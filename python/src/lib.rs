@@ -74,14 +74,19 @@ fn keyword(o: Opt, value: Option<&str>) -> String {
         return field.to_string();
     };
     let numeric = matches!(
-        field,
-        "segments" | "ckpt_nodes" | "seg_len" | "workgroup_size" | "min_blocks" | "markets"
+        o,
+        Opt::Segments
+            | Opt::CkptNodes
+            | Opt::SegLen
+            | Opt::WorkgroupSize
+            | Opt::MinBlocks
+            | Opt::Markets
     );
     let shown = if numeric {
         v.to_string()
     } else if v == "true" || v == "false" {
         if v == "true" { "True" } else { "False" }.to_string()
-    } else if field == "ladder_inputs" {
+    } else if o == Opt::LadderInputs {
         format!("[{}]", q(v))
     } else {
         q(v)
@@ -139,22 +144,15 @@ fn precision_of(name: Option<&str>) -> Res<Option<Precision>> {
     })
 }
 
-/// The compile options a keyword argument may name (each a field of `driver::Request`).
-const OPTIONS: &[&str] = &[
-    "checkpoint",
-    "segments",
-    "ckpt_nodes",
-    "seg_len",
-    "scratch_layout",
-    "workgroup_size",
-    "annotate",
-    "min_blocks",
-    "cpu_backend",
-    "greek_stderr",
-    "markets",
-    "ladder_inputs",
-    "loops",
-];
+/// The compile options a keyword argument may name: every field of `driver::Request` but the
+/// three `compile` and `run` take by name.
+fn option_names() -> Vec<&'static str> {
+    Opt::ALL
+        .into_iter()
+        .filter(|o| !matches!(o, Opt::Target | Opt::Mode | Opt::Precision))
+        .map(Opt::field)
+        .collect()
+}
 
 fn whole(key: &str, v: &Bound<'_, PyAny>) -> Res<u32> {
     if v.is_instance_of::<pyo3::types::PyBool>() {
@@ -179,14 +177,23 @@ fn flag(key: &str, v: &Bound<'_, PyAny>) -> Res<bool> {
         .map_err(|_| Fail::Option(format!("{key}: expected True or False")))
 }
 
-fn word<'a>(key: &str, v: &Bound<'_, PyAny>, choices: &'a [&'a str]) -> Res<&'a str> {
+/// The one of `all` whose `name` is the string `v` (option `key`).
+fn choice<T: Copy>(
+    key: &str,
+    v: &Bound<'_, PyAny>,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Res<T> {
     let s: Option<String> = v.extract().ok();
-    match s.as_deref().and_then(|s| choices.iter().find(|c| **c == s)) {
+    match s.and_then(|s| all.iter().copied().find(|&c| name(c) == s)) {
         Some(c) => Ok(c),
         None => Err(Fail::Option(format!(
             "{key}={}: expected one of {}",
             repr(v),
-            choices.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ")
+            all.iter()
+                .map(|&c| q(name(c)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -221,36 +228,35 @@ fn request(
             // None: the default, as if not given.
             continue;
         }
-        match key.as_str() {
-            "checkpoint" => {
-                r.checkpoint = Some(match word(&key, &v, &["off", "registers", "scratch"])? {
-                    "off" => Checkpoint::Off,
-                    "registers" => Checkpoint::Registers,
-                    _ => Checkpoint::Scratch,
-                })
+        let unknown = || {
+            Fail::Option(format!(
+                "unknown compile option {key}=...: the options are {}",
+                option_names().join(", ")
+            ))
+        };
+        match Opt::of_field(&key).ok_or_else(unknown)? {
+            Opt::Target | Opt::Mode | Opt::Precision => return Err(unknown()),
+            Opt::Checkpoint => {
+                r.checkpoint = Some(choice(&key, &v, &Checkpoint::ALL, Checkpoint::name)?)
             }
-            "segments" => r.segments = Some(whole(&key, &v)?),
-            "ckpt_nodes" => r.ckpt_nodes = Some(whole(&key, &v)?),
-            "seg_len" => r.seg_len = Some(whole(&key, &v)?),
-            "scratch_layout" => {
-                r.scratch_layout = Some(match word(&key, &v, &["soa", "aos"])? {
-                    "soa" => ScratchLayout::Soa,
-                    _ => ScratchLayout::Aos,
-                })
+            Opt::Segments => r.segments = Some(whole(&key, &v)?),
+            Opt::CkptNodes => r.ckpt_nodes = Some(whole(&key, &v)?),
+            Opt::SegLen => r.seg_len = Some(whole(&key, &v)?),
+            Opt::ScratchLayout => {
+                let all = [ScratchLayout::Soa, ScratchLayout::Aos];
+                r.scratch_layout = Some(choice(&key, &v, &all, ScratchLayout::name)?)
             }
-            "workgroup_size" => r.workgroup_size = Some(whole(&key, &v)?),
-            "annotate" => r.annotate = Some(flag(&key, &v)?),
-            "min_blocks" => r.min_blocks = Some(whole(&key, &v)?),
-            "cpu_backend" => {
-                r.cpu_backend = Some(match word(&key, &v, &["llvm", "cranelift"])? {
-                    "llvm" => CpuBackend::Llvm,
-                    _ => CpuBackend::Cranelift,
-                })
+            Opt::WorkgroupSize => r.workgroup_size = Some(whole(&key, &v)?),
+            Opt::Annotate => r.annotate = Some(flag(&key, &v)?),
+            Opt::MinBlocks => r.min_blocks = Some(whole(&key, &v)?),
+            Opt::CpuBackend => {
+                let all = [CpuBackend::Llvm, CpuBackend::Cranelift];
+                r.cpu_backend = Some(choice(&key, &v, &all, CpuBackend::name)?)
             }
-            "greek_stderr" => r.greek_stderr = Some(flag(&key, &v)?),
-            "markets" => r.markets = Some(whole(&key, &v)?),
-            "loops" => r.loops = Some(flag(&key, &v)?),
-            "ladder_inputs" => {
+            Opt::GreekStderr => r.greek_stderr = Some(flag(&key, &v)?),
+            Opt::Markets => r.markets = Some(whole(&key, &v)?),
+            Opt::Loops => r.loops = Some(flag(&key, &v)?),
+            Opt::LadderInputs => {
                 let names: Option<Vec<String>> = if v.is_instance_of::<PyString>() {
                     None
                 } else {
@@ -262,12 +268,6 @@ fn request(
                         repr(&v)
                     ))
                 })?;
-            }
-            _ => {
-                return Err(Fail::Option(format!(
-                    "unknown compile option {key}=...: the options are {}",
-                    OPTIONS.join(", ")
-                )))
             }
         }
     }
@@ -934,7 +934,7 @@ fn _nablac(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(draws, m)?)?;
     m.add_function(wrap_pyfunction!(product, m)?)?;
-    m.add("OPTIONS", OPTIONS.to_vec())?;
+    m.add("OPTIONS", option_names())?;
     m.add("CPU_BACKEND", nablac::compile::CpuBackend::fastest().name())?;
     Ok(())
 }
