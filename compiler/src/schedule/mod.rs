@@ -551,7 +551,7 @@ impl Builder<'_> {
 
     /// Price mode with the tape's loop regions as [`Loop`]s: the plain sweep, where each region
     /// is one loop per run of iterations that read the same outer values (a bucketed vol's
-    /// region is a loop per bucket). A body node is defined when any iteration's copy is live;
+    /// region is a loop per bucket). A body node is defined in a loop where one of that loop's iterations has it live;
     /// the carried values are what the next iteration reads and what the rest of the tape reads
     /// of the last iteration, which is read after the loop through [`Var::Carried`].
     fn price_loops(&self) -> Vec<Stmt> {
