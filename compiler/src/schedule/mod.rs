@@ -551,9 +551,10 @@ impl Builder<'_> {
 
     /// Price mode with the tape's loop regions as [`Loop`]s: the plain sweep, where each region
     /// is one loop per run of iterations that read the same outer values (a bucketed vol's
-    /// region is a loop per bucket). A body node is defined in a loop where one of that loop's iterations has it live;
-    /// the carried values are what the next iteration reads and what the rest of the tape reads
-    /// of the last iteration, which is read after the loop through [`Var::Carried`].
+    /// region is a loop per bucket). A body node is defined in a loop where one of that loop's
+    /// iterations has it live; the carried values are what the next iteration reads and what
+    /// the rest of the tape reads of the last iteration ([`crate::passes::reroll::Region::kept`]), which is read after
+    /// the loop through [`Var::Carried`].
     fn price_loops(&self) -> Vec<Stmt> {
         use crate::passes::reroll::{reroll, Arg};
         let regions = reroll(self.tape, LOOP_MIN_NODES);
