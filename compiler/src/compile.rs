@@ -35,8 +35,9 @@ pub struct CompileOptions {
     pub greek_stderr: bool,
     /// Fuse several markets into one kernel (`crate::ladder`); `None`: one market.
     pub ladder: Option<crate::ladder::LadderSpec>,
-    /// Price kernels: print the tape's loop regions (`passes::reroll`) as loops, not unrolled
-    /// (the other modes are unrolled, for now).
+    /// Price and forward kernels: print the tape's loop regions (`passes::reroll`) as loops
+    /// where their iterations repeat (`schedule::loops`), not unrolled (reverse kernels are
+    /// unrolled, for now).
     pub loops: bool,
 }
 
@@ -69,8 +70,9 @@ pub const LLVM_MAX_NODES: usize = 50_000;
 pub const LLVM_MAX_SUMS: usize = 512;
 
 /// The nodes of the straight-line code a kernel of `tape` prints with `opts`: the tape's, or
-/// with loops (`CompileOptions::loops`, price mode) the tape's less every loop's iterations after
-/// its first (what LLVM's optimiser and the size limits see).
+/// with loops (`CompileOptions::loops`, price and forward mode) about the tape's less every
+/// region's iterations after its first (what LLVM's optimiser and the size limits see; an
+/// iteration the schedule keeps straight-line, `schedule::loops`, is not counted).
 pub fn printed_nodes(tape: &Verified, opts: &CompileOptions) -> usize {
     if !opts.schedule_options().loops {
         return tape.len();
@@ -220,7 +222,7 @@ impl CompileOptions {
             mode: self.mode,
             opaque_math: crate::passes::opaque_math_arguments(self.target),
             greek_stderr: self.greek_stderr,
-            loops: self.loops && self.mode == Mode::Price,
+            loops: self.loops && self.mode != Mode::Reverse,
         }
     }
 }

@@ -57,7 +57,8 @@ pub struct Request {
     /// The inputs that may differ between fused markets; empty: every input (or a run's
     /// laddered ones).
     pub ladder_inputs: Vec<String>,
-    /// Price kernels: the tape's loop regions as loops (`CompileOptions::loops`); default off.
+    /// Price and forward kernels: the tape's loop regions as loops (`CompileOptions::loops`);
+    /// default off.
     pub loops: Option<bool>,
 }
 
@@ -313,11 +314,15 @@ pub fn check(req: &Request) -> Result<(), DriverError> {
             );
         }
     }
-    if req.loops == Some(true) && req.mode != Some(Mode::Price) {
+    if req.loops == Some(true) && req.mode == Some(Mode::Reverse) {
         return refuse(
-            "{} compiles price kernels only, for now: give {} (forward and reverse kernels are \
-             unrolled)",
-            &[bare(Opt::Loops), with(Opt::Mode, "price")],
+            "{} compiles price and forward kernels only, for now: give {} or {} (reverse \
+             kernels are unrolled)",
+            &[
+                bare(Opt::Loops),
+                with(Opt::Mode, "price"),
+                with(Opt::Mode, "forward"),
+            ],
         );
     }
     if req.mode == Some(Mode::Price) && req.greek_stderr.is_some() {

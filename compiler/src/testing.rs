@@ -482,28 +482,43 @@ impl Machine<'_> {
                     }
                 }
             }
-            Stmt::Tangent(_) => panic!("run_schedule does not interpret forward mode"),
+            Stmt::Tangent(t) => {
+                // The steps' deltas with D the tangent of the argument each feeds, summed in
+                // step order (not the C printers' fused form: this interprets the schedule).
+                let (ra, rb, rc) = t.rule.reads(t.from.map(|f| f.is_some()));
+                let mut x = Operands {
+                    a: if ra { self.operand(t.x[0]) } else { f64::NAN },
+                    b: if rb { self.operand(t.x[1]) } else { f64::NAN },
+                    c: if rc { self.operand(t.x[2]) } else { f64::NAN },
+                    d: 0.0,
+                };
+                let mut sum = 0.0;
+                for step in t.rule.adjoint {
+                    for (k, from) in t.from.iter().enumerate() {
+                        let Some(from) = *from else { continue };
+                        x.d = self.read(from);
+                        eval_step(step, &x, &mut |arg, sub, delta| {
+                            if arg.index() == k {
+                                sum = if sub { sum - delta } else { sum + delta };
+                            }
+                        });
+                    }
+                }
+                self.set(Var::Tangent(t.node, t.lane), sum, true);
+            }
             Stmt::Loop(l) => {
                 for c in &l.carried {
-                    if let Some(x) = c.init {
-                        let x = self.read(x);
-                        self.set(Var::Carried(c.node), x, true);
-                    }
+                    let x = self.read(c.init);
+                    self.set(c.var, x, true);
                 }
                 for i in l.first..l.first + l.count {
                     self.iteration = i;
                     self.scopes.push(Scope::default());
                     self.block(&l.body);
-                    let next: Vec<Option<f64>> = l
-                        .carried
-                        .iter()
-                        .map(|c| c.next.map(|x| self.read(x)))
-                        .collect();
+                    let next: Vec<f64> = l.carried.iter().map(|c| self.read(c.next)).collect();
                     self.scopes.pop();
                     for (c, x) in l.carried.iter().zip(next) {
-                        if let Some(x) = x {
-                            self.set(Var::Carried(c.node), x, false);
-                        }
+                        self.set(c.var, x, false);
                     }
                 }
                 self.iteration = 0;

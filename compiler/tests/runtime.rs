@@ -898,10 +898,11 @@ fn an_all_negative_zero_output_sums_to_negative_zero_everywhere() {
     }
 }
 
-/// Price kernels compiled with the tape's loops give the bits of the unrolled kernels, on every
-/// backend (and the CPU's LLVM back end), f32 and f64, on time-stepping products and the corpus.
+/// Price and forward kernels compiled with the tape's loops give the bits of the unrolled
+/// kernels, on every backend (and the CPU's LLVM back end), f32 and f64, on time-stepping
+/// products and the corpus.
 #[test]
-fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
+fn kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
     let product = |p: Product, steps: u32, assets: u32| {
         let o = Options {
             steps,
@@ -921,7 +922,7 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
             .map(|c| (c.name, c.tape.tape().clone())),
     );
     // Kernels that shrank with loops, and the backends run (at least the three products' f32
-    // kernels shrink on each).
+    // kernels in both modes shrink on each).
     let (mut looped, mut opened) = (0, 0);
     for (target, backend) in backends() {
         opened += 1;
@@ -933,16 +934,20 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
             for (name, tape) in &tapes {
                 let v = nablac::verify::verify(tape.clone()).expect("valid");
                 let market: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
-                for precision in [Precision::F32, Precision::F64] {
+                for (mode, precision) in [Mode::Price, Mode::Forward]
+                    .into_iter()
+                    .flat_map(|m| [(m, Precision::F32), (m, Precision::F64)])
+                {
                     let what = format!(
-                        "{} {} {name} {}",
+                        "{} {} {name} {} {}",
                         backend_name(target),
                         cpu_backend.name(),
+                        mode.name(),
                         precision.name()
                     );
                     let k = |loops: bool| {
                         let o = CompileOptions {
-                            mode: Mode::Price,
+                            mode,
                             precision,
                             cpu_backend,
                             loops,
@@ -975,7 +980,7 @@ fn price_kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
         }
     }
     assert!(
-        looped >= 3 * opened,
+        looped >= 6 * opened,
         "the products compile as loops ({looped} kernels shrank on {opened} backends)"
     );
 }

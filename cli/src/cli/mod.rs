@@ -386,9 +386,9 @@ pub struct CompileOpts {
     /// input; with `run --ladder`, the laddered ones].
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub ladder_inputs: Vec<String>,
-    /// Price kernels: compile the tape's repeated steps (`nablac inspect` lists them) as loops,
-    /// not unrolled copies: a fraction of the source, the same bits. Forward and reverse kernels
-    /// are unrolled for now.
+    /// Price and forward kernels: compile the tape's repeated steps (`nablac inspect` lists
+    /// them) as loops, not unrolled copies: a fraction of the source, the same bits. Reverse
+    /// kernels are unrolled for now.
     #[arg(long)]
     pub loops: bool,
 }

@@ -272,7 +272,7 @@ struct Values {
     adj: Vec<Option<Value>>,
     lanes: usize,
     /// The loops' carried values where the code now stands.
-    carried: std::collections::HashMap<NodeId, Value>,
+    carried: std::collections::HashMap<Var, Value>,
 }
 
 impl Values {
@@ -284,9 +284,9 @@ impl Values {
             }
             Operand::Var(Var::Tangent(n, lane)) => self.adj[n.index() * self.lanes + lane]
                 .expect("tangents are defined before they are read"),
-            Operand::Var(Var::Carried(n)) => *self
+            Operand::Var(v @ (Var::Carried(_) | Var::CarriedTangent(..))) => *self
                 .carried
-                .get(&n)
+                .get(&v)
                 .expect("carried values are defined before they are read"),
             Operand::Var(Var::Copy(_)) => unreachable!("the plain schedule has no opaque copies"),
         }
@@ -469,8 +469,8 @@ fn literals(schedule: &Schedule) -> Vec<f64> {
         Stmt::Adjoint(adj) => adj.x.iter().for_each(|&a| push(a)),
         Stmt::Tangent(t) => t.x.iter().chain(&t.from).for_each(|&a| push(a)),
         Stmt::Loop(l) => l.carried.iter().for_each(|c| {
-            push(c.init);
-            push(c.next);
+            push(Some(c.init));
+            push(Some(c.next));
         }),
         Stmt::Leaves(leaves) => leaves.iter().for_each(|l| {
             if let Leaf::Value(x) = *l {
@@ -681,34 +681,35 @@ pub(super) fn lower(
                 let start = b.ins().iconst(types::I32, i64::from(l.first));
                 let mut args = vec![BlockArg::Value(start)];
                 for c in &l.carried {
-                    let x = match c.init {
-                        Some(x) => vals.operand(&cx, x),
-                        None => vals.operand(&cx, Operand::Var(Var::Carried(c.node))),
-                    };
-                    args.push(BlockArg::Value(x));
+                    args.push(BlockArg::Value(vals.operand(&cx, c.init)));
                 }
                 b.ins().jump(lp, &args);
                 b.switch_to_block(lp);
                 let p = b.block_params(lp).to_vec();
                 for (c, &x) in l.carried.iter().zip(&p[1..]) {
-                    vals.carried.insert(c.node, x);
+                    vals.carried.insert(c.var, x);
                 }
                 for s in &l.body {
-                    let Stmt::Define { node, def, .. } = s else {
-                        return Err(ClifError::Unsupported(
-                            "a loop of anything but definitions (price kernels only, for now)",
-                        ));
-                    };
-                    let x = define(&cx, &mut b, &vals, def, &draws, &load, Some(p[0]));
-                    vals.val[node.index()] = Some(x);
+                    match s {
+                        Stmt::Define { node, def, .. } => {
+                            let x = define(&cx, &mut b, &vals, def, &draws, &load, Some(p[0]));
+                            vals.val[node.index()] = Some(x);
+                        }
+                        Stmt::Tangent(t) => {
+                            let v = tangent(&cx, &mut b, &vals, t);
+                            vals.adj[t.node.index() * vals.lanes + t.lane] = Some(v);
+                        }
+                        _ => {
+                            return Err(ClifError::Unsupported(
+                                "a loop of anything but definitions and tangents",
+                            ))
+                        }
+                    }
                 }
                 let next: Vec<BlockArg> = l
                     .carried
                     .iter()
-                    .map(|c| {
-                        let x = c.next.unwrap_or(Operand::Var(Var::Carried(c.node)));
-                        BlockArg::Value(vals.operand(&cx, x))
-                    })
+                    .map(|c| BlockArg::Value(vals.operand(&cx, c.next)))
                     .collect();
                 let it = b.ins().iadd_imm_u(p[0], 1);
                 let more =
@@ -720,7 +721,7 @@ pub(super) fn lower(
                 b.switch_to_block(after);
                 let p = b.block_params(after).to_vec();
                 for (c, &x) in l.carried.iter().zip(&p) {
-                    vals.carried.insert(c.node, x);
+                    vals.carried.insert(c.var, x);
                 }
             }
             Stmt::Tangent(t) => {

@@ -26,65 +26,8 @@ pub(super) struct Body<'a> {
     pub layout: ScratchLayout,
     /// The 64-bit index type of the scratch address (C dialects only).
     pub index64: &'static str,
-    /// Tangent definitions printed inside their one reader ([`fused_products`]).
+    /// Tangent definitions printed inside their one reader (`schedule::fused_products`).
     pub fused: HashMap<Var, Tangent>,
-}
-
-/// Forward mode's product tangents that their only reader adds: a definition whose sum is one
-/// product (`t = x * y`, e.g. `vol`'s tangent of `vol * z`) read once, as a plain term of a later
-/// tangent sum of the same statement list (`u = p + t`), is printed inside that sum, where it
-/// becomes a fused multiply-add (`u = fma(x, y, p)`): one operation instead of two.
-pub(super) fn fused_products(schedule: &Schedule) -> HashMap<Var, Tangent> {
-    let mut reads: HashMap<Var, usize> = HashMap::new();
-    let mut count = |x: &Operand| {
-        if let Operand::Var(v @ Var::Tangent(..)) = *x {
-            *reads.entry(v).or_default() += 1;
-        }
-    };
-    schedule.walk(&mut |s| match s {
-        Stmt::Tangent(t) => t.from.iter().flatten().for_each(&mut count),
-        Stmt::Leaves(leaves) => leaves.iter().for_each(|l| {
-            if let Leaf::Value(x) = l {
-                count(x)
-            }
-        }),
-        _ => {}
-    });
-    let mut fused = HashMap::new();
-    let mut products: HashMap<Var, Tangent> = HashMap::new();
-    for s in &schedule.body {
-        let Stmt::Tangent(t) = s else { continue };
-        // A reader's plain terms (`d(arg) += D`) whose tangent is a product read only here.
-        for step in t.rule.adjoint {
-            if let Step::Acc(Acc {
-                arg, expr: Expr::D, ..
-            }) = step
-            {
-                if let Some(Operand::Var(v)) = t.from[arg.index()] {
-                    if reads.get(&v) == Some(&1) {
-                        if let Some(p) = products.remove(&v) {
-                            fused.insert(v, p);
-                        }
-                    }
-                }
-            }
-        }
-        let mut live = t.rule.adjoint.iter().filter(|step| match step {
-            Step::Acc(a) => t.from[a.arg.index()].is_some(),
-            Step::If(..) => true,
-        });
-        if let (Some(Step::Acc(a)), None) = (live.next(), live.next()) {
-            if !a.sub
-                && matches!(
-                    a.expr,
-                    Expr::Arith(Arith::Mul, ..) | Expr::Chain(Factor::Times, ..)
-                )
-            {
-                products.insert(Var::Tangent(t.node, t.lane), *t);
-            }
-        }
-    }
-    fused
 }
 
 /// Lines of source with an indentation level.
@@ -126,6 +69,8 @@ impl<'a> Body<'a> {
             Var::Tangent(n, _) if self.schedule.lanes == 1 => format!("t{}", n.0),
             Var::Tangent(n, l) => format!("t{}_{l}", n.0),
             Var::Carried(n) => format!("c{}", n.0),
+            Var::CarriedTangent(n, _) if self.schedule.lanes == 1 => format!("u{}", n.0),
+            Var::CarriedTangent(n, l) => format!("u{}_{l}", n.0),
         }
     }
 
@@ -493,15 +438,13 @@ impl<'a> Body<'a> {
                 let inits: Vec<String> = l
                     .carried
                     .iter()
-                    .filter_map(|c| {
-                        c.init.map(|x| {
-                            format!(
-                                "{} {} = {};",
-                                self.decl_type(),
-                                self.var(Var::Carried(c.node)),
-                                self.operand(x)
-                            )
-                        })
+                    .map(|c| {
+                        format!(
+                            "{} {} = {};",
+                            self.decl_type(),
+                            self.var(c.var),
+                            self.operand(c.init)
+                        )
                     })
                     .collect();
                 for chunk in inits.chunks(4) {
@@ -517,11 +460,7 @@ impl<'a> Body<'a> {
                 let next: Vec<String> = l
                     .carried
                     .iter()
-                    .filter_map(|c| {
-                        c.next.map(|x| {
-                            format!("{} = {};", self.var(Var::Carried(c.node)), self.operand(x))
-                        })
-                    })
+                    .map(|c| format!("{} = {};", self.var(c.var), self.operand(c.next)))
                     .collect();
                 for chunk in next.chunks(4) {
                     out.line(chunk.join(" "));

@@ -260,7 +260,7 @@ fn emit_checked(
         } else {
             "ulong"
         },
-        fused: body::fused_products(schedule),
+        fused: crate::schedule::fused_products(&schedule.body),
     };
     if opts.precision == Precision::F64 {
         let (normal, uniform) = schedule.draws();

@@ -76,7 +76,7 @@ struct Values<'ctx> {
     adj: Vec<Option<Vv<'ctx>>>,
     lanes: usize,
     /// The loops' carried values where the code now stands.
-    carried: std::collections::HashMap<NodeId, Vv<'ctx>>,
+    carried: std::collections::HashMap<Var, Vv<'ctx>>,
 }
 
 fn missing(what: &str) -> BuilderError {
@@ -94,9 +94,9 @@ impl<'ctx> Values<'ctx> {
             Operand::Var(Var::Tangent(n, lane)) => {
                 self.adj[n.index() * self.lanes + lane].ok_or_else(|| missing("tangent"))
             }
-            Operand::Var(Var::Carried(n)) => self
+            Operand::Var(v @ (Var::Carried(_) | Var::CarriedTangent(..))) => self
                 .carried
-                .get(&n)
+                .get(&v)
                 .copied()
                 .ok_or_else(|| missing("carried value")),
             Operand::Var(Var::Copy(_)) => Err(missing("opaque copy")),
@@ -833,7 +833,7 @@ fn build<'ctx>(
                 let inits = l
                     .carried
                     .iter()
-                    .map(|c| vals.operand(&v, c.init.unwrap_or(Operand::Var(Var::Carried(c.node)))))
+                    .map(|c| vals.operand(&v, c.init))
                     .collect::<R<Vec<_>>>()?;
                 b.build_unconditional_branch(lp)?;
                 b.position_at_end(lp);
@@ -844,21 +844,29 @@ fn build<'ctx>(
                     let p = b.build_phi(t.fty, "")?;
                     p.add_incoming(&[(x, pre)]);
                     vals.carried
-                        .insert(c.node, p.as_basic_value().into_vector_value());
+                        .insert(c.var, p.as_basic_value().into_vector_value());
                     phis.push(p);
                 }
                 let itv = it.as_basic_value().into_int_value();
                 for s in &l.body {
-                    let Stmt::Define { node, def, .. } = s else {
-                        return Err(missing("a loop of anything but definitions"));
-                    };
-                    let x = lower_def(&vals, def, Some(itv))?;
-                    vals.val[node.index()] = Some(x);
+                    match s {
+                        Stmt::Define { node, def, .. } => {
+                            let x = lower_def(&vals, def, Some(itv))?;
+                            vals.val[node.index()] = Some(x);
+                        }
+                        Stmt::Tangent(tg) => {
+                            let y = tangent(&v, &vals, tg)?;
+                            vals.adj[tg.node.index() * vals.lanes + tg.lane] = Some(y);
+                        }
+                        _ => {
+                            return Err(missing("a loop of anything but definitions and tangents"))
+                        }
+                    }
                 }
                 let next = l
                     .carried
                     .iter()
-                    .map(|c| vals.operand(&v, c.next.unwrap_or(Operand::Var(Var::Carried(c.node)))))
+                    .map(|c| vals.operand(&v, c.next))
                     .collect::<R<Vec<_>>>()?;
                 let latch = b.get_insert_block().ok_or_else(|| missing("block"))?;
                 let it1 = b.build_int_add(itv, i64t.const_int(1, false), "")?;
@@ -875,7 +883,7 @@ fn build<'ctx>(
                 b.build_conditional_branch(more, lp, after)?;
                 b.position_at_end(after);
                 for (c, x) in l.carried.iter().zip(next) {
-                    vals.carried.insert(c.node, x);
+                    vals.carried.insert(c.var, x);
                 }
             }
             Stmt::Leaves(_) => {}

@@ -148,16 +148,14 @@ impl Sim {
                     // (They belong to the enclosing scope: the rest of the tape reads them.)
                     let t = self.step(first);
                     for c in &l.carried {
-                        if let Some(x) = c.init {
-                            self.read(Some(x), t);
-                            self.define(Var::Carried(c.node), t);
-                        }
+                        self.read(Some(c.init), t);
+                        self.define(c.var, t);
                     }
                     self.run(&l.body, first, last);
                     let end = self.step(first);
                     for c in &l.carried {
-                        self.read(c.next, end);
-                        self.read(Some(Operand::Var(Var::Carried(c.node))), end);
+                        self.read(Some(c.next), end);
+                        self.read(Some(Operand::Var(c.var)), end);
                     }
                 }
                 Stmt::Note(_)

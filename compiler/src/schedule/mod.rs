@@ -21,8 +21,12 @@
 //! locals die at its end. Guarantee: every `Var` a statement reads is defined earlier in the same
 //! block or in an enclosing one (and is a constant's literal otherwise).
 
+mod fused;
+mod loops;
 pub mod maxlive;
 pub mod verify;
+
+pub use fused::fused_products;
 
 use crate::emit::manifest::Mode;
 use crate::ops::{self, Expr, Fun, Rule};
@@ -51,6 +55,20 @@ pub enum Var {
     /// iteration): `cN`. Before the loop its value before the first iteration, after each
     /// iteration that iteration's value of v, so after the loop the last iteration's.
     Carried(NodeId),
+    /// A loop's carried tangent of body node v in a lane, as [`Var::Carried`] is its value:
+    /// `uN` (`uN_l` with several lanes).
+    CarriedTangent(NodeId, Lane),
+}
+
+impl Var {
+    /// The node whose value or tangent this names, for the straight-line names (`Value`,
+    /// `Tangent`); `None` for the copies and the carried variables.
+    pub fn straight_node(self) -> Option<NodeId> {
+        match self {
+            Var::Value(v) | Var::Tangent(v, _) => Some(v),
+            Var::Copy(_) | Var::Carried(_) | Var::CarriedTangent(..) => None,
+        }
+    }
 }
 
 /// What a statement reads: a constant (as a literal at every use) or a named value.
@@ -173,12 +191,11 @@ pub struct Block {
     pub body: Vec<Stmt>,
 }
 
-/// A loop (a region of the tape, `passes::reroll`): iterations `first .. first + count` of its
-/// body, whose statements name each value by its node in the region's first iteration and are
-/// local to one iteration. Each `carried` node's [`Var::Carried`] is declared before the loop
-/// with its value before the first iteration where `init` is given (else it continues from an
-/// earlier loop of the same region) and takes the iteration's value at the end of each
-/// iteration (`Operand` of the body node: a literal where it is a constant).
+/// A loop (a run of a region's iterations, `passes::reroll`; [`loops`] builds them): iterations
+/// `first .. first + count` of its body, whose statements name each value (and tangent) by its
+/// node in the loop's first iteration and are local to one iteration. Each `carried` variable
+/// is declared before the loop with `init` and takes `next` (the iteration's value of it) at the
+/// end of each iteration, so after the loop it holds the last iteration's.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Loop {
     pub note: String,
@@ -188,17 +205,16 @@ pub struct Loop {
     pub body: Vec<Stmt>,
 }
 
-/// One carried value of a [`Loop`].
+/// One carried variable of a [`Loop`].
 #[derive(Copy, Clone, PartialEq, Debug)]
 pub struct Carry {
-    /// The body node (its node in the region's first iteration).
-    pub node: NodeId,
-    /// Its value before the loop's first iteration; `None`: carried on from the loop before.
-    pub init: Option<Operand>,
-    /// What the iteration ends with: the body node's value (or literal); `None` where the
-    /// node is dead in every iteration of this loop (no later iteration reads it from here),
-    /// and the carried value stays as it was.
-    pub next: Option<Operand>,
+    /// [`Var::Carried`] or [`Var::CarriedTangent`] of a body node.
+    pub var: Var,
+    /// Its value before the loop's first iteration (a literal zero where no iteration reads
+    /// it: the rest of the tape reads only the last iteration's).
+    pub init: Operand,
+    /// What an iteration ends with: the body's `Var::Value` or `Var::Tangent` of the node.
+    pub next: Operand,
 }
 
 /// One statement of the schedule (module doc).
@@ -277,7 +293,8 @@ pub struct ScheduleOptions {
     /// Sum the squares of the Greeks (`greek_sq:O:I`) for their standard errors (modes with
     /// Greeks only).
     pub greek_stderr: bool,
-    /// Price mode: the tape's loop regions (`passes::reroll`) as [`Loop`]s, not unrolled.
+    /// Price and forward mode: the tape's loop regions (`passes::reroll`) as [`Loop`]s where
+    /// their iterations repeat ([`loops`]), not unrolled.
     pub loops: bool,
 }
 
@@ -549,151 +566,6 @@ impl Builder<'_> {
         out
     }
 
-    /// Price mode with the tape's loop regions as [`Loop`]s: the plain sweep, where each region
-    /// is one loop per run of iterations that read the same outer values (a bucketed vol's
-    /// region is a loop per bucket). A body node is defined in a loop where one of that loop's
-    /// iterations has it live; the carried values are what the next iteration reads and what
-    /// the rest of the tape reads of the last iteration ([`crate::passes::reroll::Region::kept`]), which is read after
-    /// the loop through [`Var::Carried`].
-    fn price_loops(&self) -> Vec<Stmt> {
-        use crate::passes::reroll::{reroll, Arg};
-        let regions = reroll(self.tape, LOOP_MIN_NODES);
-        let mut out = vec![Stmt::Note("forward sweep".into())];
-        // After a region, its last iteration's nodes are read as carried values.
-        let mut after: std::collections::HashMap<NodeId, NodeId> = Default::default();
-        let name =
-            |after: &std::collections::HashMap<NodeId, NodeId>, v: NodeId| match after.get(&v) {
-                Some(&c) => Var::Carried(c),
-                None => Var::Value(v),
-            };
-        let mut next = 0u32;
-        let nodes = |out: &mut Vec<Stmt>,
-                     after: &std::collections::HashMap<NodeId, NodeId>,
-                     range: std::ops::Range<u32>| {
-            for v in range.map(NodeId) {
-                if self.live(v) && !self.is_const(v) {
-                    out.push(self.define(v, &|a| name(after, a), Key::Kernel, true));
-                }
-            }
-        };
-        for r in &regions {
-            nodes(&mut out, &after, next..r.start);
-            let body_node = |j: u32| r.id(0, j);
-            // A body node is defined in a loop where one of its iterations' copies is live
-            // (whose arguments are then live there too).
-            let live =
-                |j: u32, run: std::ops::Range<u32>| run.into_iter().any(|i| self.live(r.id(i, j)));
-            let last = r.id(r.count - 1, 0).0;
-            let carried = r.kept();
-            let init_of = |j: u32| -> Operand {
-                r.init(j)
-                    // A dead start is read by no live copy: any value stands for it.
-                    .filter(|&init| self.live(init) || self.is_const(init))
-                    .map_or(Operand::Lit(0.0), |init| {
-                        self.operand(init, &|a| name(&after, a))
-                    })
-            };
-            let operand = |a: &Arg, i: u32| -> Operand {
-                match a {
-                    Arg::Outer(x) => self.operand(*x, &|v| name(&after, v)),
-                    Arg::Indexed(xs) => self.operand(xs[i as usize], &|v| name(&after, v)),
-                    Arg::Local(j) => self.operand(body_node(*j), &Var::Value),
-                    Arg::Carried { from, .. } => Operand::Var(Var::Carried(body_node(*from))),
-                }
-            };
-            // Runs of iterations reading the same outer values.
-            let same = |i: u32, k: u32| {
-                r.body.iter().flat_map(|b| &b.args).all(|a| match a {
-                    Arg::Indexed(xs) => xs[i as usize] == xs[k as usize],
-                    _ => true,
-                })
-            };
-            let mut first = 0;
-            while first < r.count {
-                let mut end = first + 1;
-                while end < r.count && same(first, end) {
-                    end += 1;
-                }
-                let mut body = Vec::new();
-                for (j, b) in r.body.iter().enumerate() {
-                    let j = j as u32;
-                    let v = body_node(j);
-                    if !live(j, first..end) || self.is_const(v) {
-                        continue;
-                    }
-                    let def = match b.shape {
-                        crate::passes::reroll::Shape::Draw {
-                            kind,
-                            first: index,
-                            stride,
-                        } => Def::Draw {
-                            kind,
-                            index,
-                            stride,
-                            key: Key::Kernel,
-                        },
-                        crate::passes::reroll::Shape::Leaf(Node::Input(k)) => {
-                            Def::Input(self.ladder.map_or(k, |l| l.input_slot[k as usize]))
-                        }
-                        _ => {
-                            let rule = ops::rule(self.tape.node(v).op())
-                                .expect("an arithmetic node has a rule");
-                            let mut args = b.args.iter().map(|a| operand(a, first));
-                            Def::Rule {
-                                rule,
-                                args: [args.next(), args.next()],
-                            }
-                        }
-                    };
-                    body.push(Stmt::Define {
-                        node: v,
-                        def,
-                        declare: true,
-                    });
-                }
-                out.push(Stmt::Loop(Loop {
-                    note: format!(
-                        "iterations {first}..{end} of %{}..%{} ({} nodes each)",
-                        r.start,
-                        r.end(),
-                        r.period
-                    ),
-                    first,
-                    count: end - first,
-                    // A carried node dead in all of this loop's iterations is read by none
-                    // of the next (its copies there would be live): it keeps its value.
-                    carried: carried
-                        .iter()
-                        .map(|&j| Carry {
-                            node: body_node(j),
-                            init: (first == 0).then(|| init_of(j)),
-                            next: (live(j, first..end) || self.is_const(body_node(j)))
-                                .then(|| self.operand(body_node(j), &Var::Value)),
-                        })
-                        .collect(),
-                    body,
-                }));
-                first = end;
-            }
-            for &j in &carried {
-                after.insert(NodeId(last + j), body_node(j));
-            }
-            next = r.end();
-        }
-        nodes(&mut out, &after, next..self.tape.len() as u32);
-        out.push(Stmt::Note("leaves".into()));
-        let Stmt::Leaves(mut leaves) = self.leaves(&|o, i| self.adjoint_greek(o, i)) else {
-            unreachable!("leaves() makes the leaves")
-        };
-        for l in &mut leaves {
-            if let Leaf::Value(Operand::Var(Var::Value(v))) = *l {
-                *l = Leaf::Value(Operand::Var(name(&after, v)));
-            }
-        }
-        out.push(Stmt::Leaves(leaves));
-        out
-    }
-
     /// Forward mode: one sweep defining each value and, right after it, its tangent in every
     /// direction where it is not structurally zero (an input seeds 1, a literal, in its colour's
     /// direction); the leaves take each output's tangent in input i's direction as its Greek
@@ -947,8 +819,14 @@ impl Schedule {
         let body = match (opts.mode, checkpointed) {
             (Mode::Forward, _) => b.forward(&colouring),
             (_, Some(plan)) => b.checkpointed(plan),
-            (Mode::Price, None) if opts.loops => b.price_loops(),
             _ => b.plain(),
+        };
+        // A straight-line price or forward sweep, rerolled where its iterations repeat.
+        let body = if opts.loops && checkpointed.is_none() && opts.mode != Mode::Reverse {
+            let regions = crate::passes::reroll::reroll(v.tape(), LOOP_MIN_NODES);
+            loops::reroll(v.tape(), &regions, body)
+        } else {
+            body
         };
         let sp = checkpointed.map(|p| &p.segments);
         Schedule {

@@ -215,25 +215,21 @@ impl Checker<'_> {
                     return self.fail("a loop inside a loop".into());
                 }
                 for c in &l.carried {
-                    let v = Var::Carried(c.node);
-                    match c.init {
-                        Some(x) => {
-                            self.read(x, "a carried value's start")?;
-                            self.top().defined.insert(v);
-                        }
-                        None if !self.visible(v) => {
-                            return self.fail(format!(
-                                "{v:?} continues from an earlier loop, and none defined it"
-                            ))
-                        }
-                        None => {}
+                    if !matches!(c.var, Var::Carried(_) | Var::CarriedTangent(..)) {
+                        return self
+                            .fail(format!("{:?} is carried, not a carried variable", c.var));
                     }
+                    if self.visible(c.var) {
+                        return self.fail(format!("{:?} is carried by two loops", c.var));
+                    }
+                    self.read(c.init, "a carried value's start")?;
+                    self.top().defined.insert(c.var);
                 }
                 self.scopes.push(Scope::default());
                 self.in_loop = true;
                 self.stmts(&l.body)?;
-                for x in l.carried.iter().filter_map(|c| c.next) {
-                    self.read(x, "a carried value's update")?;
+                for c in &l.carried {
+                    self.read(c.next, "a carried value's update")?;
                 }
                 self.in_loop = false;
                 self.scopes.pop();
