@@ -235,26 +235,88 @@ fn planned(
 /// Compiles one emitted kernel with its target's compiler and the manifest's compile options;
 /// `Ok(summary)` or the compiler's message. CUDA goes on to ptxas (sm_90).
 fn compile(k: &Kernel, what: &str) -> Result<String, toolchain::ToolError> {
-    let opts: Vec<&str> = k
-        .manifest
+    compile_source(&k.source, &k.manifest, what)
+}
+
+/// [`compile`] for a kernel's source and manifest.
+fn compile_source(
+    source: &str,
+    manifest: &nablac::emit::manifest::Manifest,
+    what: &str,
+) -> Result<String, toolchain::ToolError> {
+    let opts: Vec<&str> = manifest
         .compile_options
         .iter()
         .map(String::as_str)
         .collect();
-    match k.manifest.target {
+    match manifest.target {
         Target::Cuda => {
-            toolchain::ptxas_reports(&k.source, "90", &opts, what).map(|rs| format!("{rs:?}"))
+            toolchain::ptxas_reports(source, "90", &opts, what).map(|rs| format!("{rs:?}"))
         }
-        Target::Opencl => toolchain::opencl_build(&k.source, &opts.join(" "), what).map(|b| {
+        Target::Opencl => toolchain::opencl_build(source, &opts.join(" "), what).map(|b| {
             assert_eq!(
                 b.kernels,
-                std::slice::from_ref(&k.manifest.entry_point),
+                std::slice::from_ref(&manifest.entry_point),
                 "{what}: entry point"
             );
             format!("{:?}", b.kernels)
         }),
-        _ => toolchain::glsl_to_spirv(&k.source, what).map(|spv| format!("{} B SPIR-V", spv.len())),
+        _ => toolchain::glsl_to_spirv(source, what).map(|spv| format!("{} B SPIR-V", spv.len())),
     }
+}
+
+/// The time-stepping products' price and forward kernels, compiled as loops (the default), f32
+/// and f64, through each target's compiler without warnings: NVRTC and ptxas, PoCL,
+/// glslangValidator and spirv-val. (Their bits against the unrolled kernels are
+/// compiler/tests/runtime.rs's.)
+#[test]
+fn looped_kernels_compile_on_every_target() {
+    use nablac::compile::{compile as compile_tape, CompileError, CompileOptions};
+    use nablac::products::{record, Market, Options, Product};
+    let (mut failures, mut compiled) = (Vec::new(), 0);
+    for (p, steps, assets) in [
+        (Product::AsianCall, 252, 3),
+        (Product::Barrier, 52, 3),
+        (Product::Basket, 16, 8),
+    ] {
+        let o = Options {
+            steps,
+            assets,
+            ..Options::defaults(p)
+        };
+        let v = nablac::verify::verify(record(p, &o, &Market::default()).unwrap()).unwrap();
+        for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
+            for mode in [Mode::Price, Mode::Forward] {
+                for precision in [Precision::F32, Precision::F64] {
+                    let what = format!("{p:?}_{}_{mode:?}_{}", target.name(), precision.name());
+                    let opts = CompileOptions {
+                        mode,
+                        precision,
+                        ..CompileOptions::new(target)
+                    };
+                    let k = match compile_tape(&v, &opts) {
+                        Ok(k) => k,
+                        Err(CompileError::Emit(EmitError::Unsupported { .. }))
+                            if target == Target::Glsl && precision == Precision::F64 =>
+                        {
+                            continue
+                        }
+                        Err(e) => panic!("{what}: {e}"),
+                    };
+                    assert!(k.source.contains(" it = "), "{what}: no loop");
+                    match compile_source(&k.source, &k.manifest, &what) {
+                        Ok(_) => compiled += 1,
+                        Err(e @ toolchain::ToolError::Missing { .. }) => {
+                            check::<()>(Err(e));
+                        }
+                        Err(e) => failures.push(format!("{what}: {e}")),
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("looped kernels: {compiled} compiled clean");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// Every corpus tape (tests/in/*.ntape) at each of its sidecar's segment counts, register

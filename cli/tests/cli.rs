@@ -1791,9 +1791,9 @@ fn long_chains_run_on_the_cpu_and_llvm_takes_only_what_it_compiles_in_seconds() 
         (x - want).abs() < 1e-9 && (y - want).abs() < 1e-9,
         "{x} {y} {want}"
     );
-    // Over it: Cranelift by default (linear), and LLVM refused with the reason.
+    // Over it unrolled: Cranelift by default (linear), and LLVM refused with the reason.
     std::fs::write(d.join("c120k.ntape"), chain_tape(120_000)).unwrap();
-    let c = run("c120k.ntape", &[]);
+    let c = run("c120k.ntape", &["--unroll"]);
     assert!(c["outputs"]["y"]["value"].as_f64().unwrap().is_finite());
     let e = fails(
         &[
@@ -1803,6 +1803,7 @@ fn long_chains_run_on_the_cpu_and_llvm_takes_only_what_it_compiles_in_seconds() 
             "64",
             "--cpu-backend",
             "llvm",
+            "--unroll",
         ],
         &d,
         1,
@@ -1810,6 +1811,13 @@ fn long_chains_run_on_the_cpu_and_llvm_takes_only_what_it_compiles_in_seconds() 
     assert!(
         e.contains("120000 nodes") && e.contains("--cpu-backend cranelift"),
         "{e}"
+    );
+    // With its links as a loop (the default) the printed code is short, and LLVM takes it:
+    // the same derivative as Cranelift's unrolled kernel.
+    let l = run("c120k.ntape", &["--cpu-backend", "llvm"]);
+    assert_eq!(
+        l["outputs"]["y"]["greeks"]["x"],
+        c["outputs"]["y"]["greeks"]["x"]
     );
 }
 
@@ -2180,16 +2188,16 @@ fn cpu_kernels_are_cached_and_run_on_the_back_end_they_were_written_for() {
     assert!(e.contains("for the cpu target"), "{e}");
 }
 
-/// `--loops`: price and forward kernels' repeated steps compile as a loop (a fraction of the
-/// source); reverse mode, which it does not reach yet, refuses it rather than ignore it.
+/// Loops: price and forward kernels' repeated steps compile as a loop by default (a fraction of
+/// the source), `--unroll` gives the straight-line kernel; reverse kernels are unrolled anyway.
 #[test]
-fn loops_shrink_price_and_forward_kernels_and_are_refused_in_reverse() {
+fn price_and_forward_kernels_loop_unless_unrolled() {
     let d = scratch("loops");
     ok(&["record", "asian", "--steps", "252", "-o", "a.bin"], &d);
     let size = |f: &str| std::fs::metadata(d.join(f)).unwrap().len();
     for (mode, first) in [("price", 0), ("forward", 2)] {
-        ok(&["a.bin", "--mode", mode, "-o", "u.cu"], &d);
-        ok(&["a.bin", "--mode", mode, "--loops", "-o", "l.cu"], &d);
+        ok(&["a.bin", "--mode", mode, "--unroll", "-o", "u.cu"], &d);
+        ok(&["a.bin", "--mode", mode, "-o", "l.cu"], &d);
         assert!(
             size("l.cu") * 10 < size("u.cu"),
             "{mode}: {} vs {}",
@@ -2206,20 +2214,20 @@ fn loops_shrink_price_and_forward_kernels_and_are_refused_in_reverse() {
             )),
             "{mode}: {src}"
         );
+        let unrolled = std::fs::read_to_string(d.join("u.cu")).unwrap();
+        assert!(!unrolled.contains("unsigned int it ="), "{mode}: unrolled");
     }
-    let e = fails(
-        &["a.bin", "--mode", "reverse", "--loops", "-o", "k.cu"],
+    ok(
+        &["a.bin", "--mode", "reverse", "--unroll", "-o", "r.cu"],
         &d,
-        1,
     );
-    assert!(
-        e.contains(
-            "--loops compiles price and forward kernels only, for now: give --mode price or \
-             --mode forward"
-        ),
-        "{e}"
+    ok(&["a.bin", "--mode", "reverse", "-o", "r2.cu"], &d);
+    assert_eq!(
+        std::fs::read(d.join("r.cu")).unwrap(),
+        std::fs::read(d.join("r2.cu")).unwrap(),
+        "reverse kernels are unrolled either way"
     );
     // A kernel compiled already takes no compile option.
-    let e = fails(&["run", "l.cu", "--loops"], &d, 1);
-    assert!(e.contains("--loops applies when compiling a tape"), "{e}");
+    let e = fails(&["run", "l.cu", "--unroll"], &d, 1);
+    assert!(e.contains("--unroll applies when compiling a tape"), "{e}");
 }

@@ -36,8 +36,8 @@ pub struct CompileOptions {
     /// Fuse several markets into one kernel (`crate::ladder`); `None`: one market.
     pub ladder: Option<crate::ladder::LadderSpec>,
     /// Price and forward kernels: print the tape's loop regions (`passes::reroll`) as loops
-    /// where their iterations repeat (`schedule::loops`), not unrolled (reverse kernels are
-    /// unrolled, for now).
+    /// where their iterations repeat (`schedule::loops`), not unrolled; on by default (the same
+    /// bits, a fraction of the source; reverse kernels are unrolled, for now).
     pub loops: bool,
 }
 
@@ -212,7 +212,7 @@ impl CompileOptions {
             cpu_backend: CpuBackend::Cranelift,
             greek_stderr: true,
             ladder: None,
-            loops: false,
+            loops: true,
         }
     }
 

@@ -58,7 +58,7 @@ pub struct Request {
     /// laddered ones).
     pub ladder_inputs: Vec<String>,
     /// Price and forward kernels: the tape's loop regions as loops (`CompileOptions::loops`);
-    /// default off.
+    /// default on (`Some(false)`: unrolled, the command line's `--unroll`).
     pub loops: Option<bool>,
 }
 

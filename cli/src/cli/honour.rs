@@ -16,6 +16,8 @@ use nablac::emit::{Precision, Target};
 pub fn flag(o: Opt, value: Option<&str>) -> String {
     let f = match o {
         Opt::WorkgroupSize => "--workgroup".to_string(),
+        // The command line turns loops off; only a library or Python request turns them on.
+        Opt::Loops => "--unroll".to_string(),
         o => format!("--{}", o.field().replace('_', "-")),
     };
     match value {
@@ -64,7 +66,7 @@ pub fn request(target: Target, o: &CompileOpts, given: &Given) -> Request {
         greek_stderr: has("greek_stderr").then_some(o.greek_stderr),
         markets: o.markets,
         ladder_inputs: o.ladder_inputs.clone(),
-        loops: has("loops").then_some(o.loops),
+        loops: has("unroll").then_some(!o.unroll),
     }
 }
 

@@ -386,11 +386,11 @@ pub struct CompileOpts {
     /// input; with `run --ladder`, the laddered ones].
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub ladder_inputs: Vec<String>,
-    /// Price and forward kernels: compile the tape's repeated steps (`nablac inspect` lists
-    /// them) as loops, not unrolled copies: a fraction of the source, the same bits. Reverse
-    /// kernels are unrolled for now.
+    /// Unroll the tape's repeated steps (`nablac inspect` lists them), which price and forward
+    /// kernels otherwise compile as loops (the same bits, a fraction of the source): the
+    /// straight-line kernel, for comparison. Reverse kernels are unrolled anyway, for now.
     #[arg(long)]
-    pub loops: bool,
+    pub unroll: bool,
 }
 
 /// `name=value` pairs overriding input values.

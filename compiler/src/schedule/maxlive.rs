@@ -89,6 +89,12 @@ impl Sim {
 
     /// Runs `stmts` as one scope; `first` is the position its opaque reads are attributed to.
     fn run(&mut self, stmts: &[Stmt], first: u32, last: u32) {
+        self.run_then(stmts, first, last, &[]);
+    }
+
+    /// [`Sim::run`], the scope ending with a loop iteration's carried values taking their
+    /// `next` (read at a last step of the scope, before its locals die).
+    fn run_then(&mut self, stmts: &[Stmt], first: u32, last: u32, carried: &[super::Carry]) {
         let mut restore: Vec<(Var, Option<usize>)> = Vec::new();
         for s in stmts {
             match s {
@@ -144,18 +150,16 @@ impl Sim {
                 }
                 Stmt::Block(b) => self.run(&b.body, b.range.start, last),
                 Stmt::Loop(l) => {
-                    // One iteration stands for all: the carried values are alive across it.
-                    // (They belong to the enclosing scope: the rest of the tape reads them.)
+                    // Every iteration, as the unrolled kernel runs them: each ends reading its
+                    // `next` values, which the carried variables then hold (they belong to
+                    // the enclosing scope: the rest of the tape reads them).
                     let t = self.step(first);
                     for c in &l.carried {
                         self.read(Some(c.init), t);
                         self.define(c.var, t);
                     }
-                    self.run(&l.body, first, last);
-                    let end = self.step(first);
-                    for c in &l.carried {
-                        self.read(Some(c.next), end);
-                        self.read(Some(Operand::Var(c.var)), end);
+                    for _ in 0..l.count {
+                        self.run_then(&l.body, first, last, &l.carried);
                     }
                 }
                 Stmt::Note(_)
@@ -166,11 +170,22 @@ impl Sim {
                 | Stmt::Seed { .. } => {}
             }
         }
+        let mut next = Vec::new();
+        if !carried.is_empty() {
+            let end = self.step(first);
+            for c in carried {
+                self.read(Some(c.next), end);
+                next.push((c.var, end));
+            }
+        }
         for (var, old) in restore.into_iter().rev() {
             match old {
                 Some(v) => self.current.insert(var, v),
                 None => self.current.remove(&var),
             };
+        }
+        for (var, end) in next {
+            self.define(var, end);
         }
     }
 
