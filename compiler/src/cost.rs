@@ -279,6 +279,9 @@ pub struct Estimate {
     pub segments: u32,
     pub work: Work,
     pub ns_per_path: f64,
+    /// CPU target: the kernel is past LLVM's size limits (`CpuBackend::fastest_for`), so a
+    /// run gets Cranelift, far slower on such a kernel than the model (fitted on LLVM's) says.
+    pub past_llvm: bool,
 }
 
 /// The automatic choice: the options to compile with and every estimate behind it.
@@ -296,6 +299,12 @@ pub struct Choice {
 /// its options (its mode is ignored; its checkpoint options are the reverse candidate's plan):
 /// the cheapest of forward, reverse with `base`'s plan and, where that plan is checkpointed and
 /// `base` does not fix the segment count, the plain reverse kernel.
+///
+/// On the CPU a candidate past LLVM's size limits (`Estimate::past_llvm`) is chosen only when
+/// every candidate is: it runs on Cranelift, and the CPU model is fitted on LLVM's times. On
+/// the 10,000-step Asian (60,024 nodes) the unrolled reverse kernel, estimated 55 us a path
+/// against forward's 57, ran 2,180 us a path (1M paths, 2 threads, 1,090 s) where the forward
+/// kernel, a loop LLVM takes, ran 56 us (29 s).
 ///
 /// Errors: an option out of its range, as [`crate::compile::compile`] would refuse it.
 pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileError> {
@@ -333,23 +342,33 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
             ..base.clone()
         };
         let (segments, work) = kernel_work(tape, plan, &opts);
+        let past_llvm = base.target == Target::Cpu
+            && crate::compile::CpuBackend::fastest() == crate::compile::CpuBackend::Llvm
+            && crate::compile::CpuBackend::fastest_for(
+                crate::compile::printed_nodes(tape, &opts),
+                crate::compile::per_path_sums(tape, mode, 1),
+            ) == crate::compile::CpuBackend::Cranelift;
         estimates.push(Estimate {
             kernel,
             mode,
             segments,
             ns_per_path: model.ns_per_path(&work),
             work,
+            past_llvm,
         });
     }
+    let eligible = |e: &&Estimate| {
+        if model.fitted {
+            e.mode != Mode::Price
+        } else {
+            e.kernel == "reverse"
+        }
+    };
+    let all_past_llvm = estimates.iter().filter(eligible).all(|e| e.past_llvm);
     let best = estimates
         .iter()
-        .filter(|e| {
-            if model.fitted {
-                e.mode != Mode::Price
-            } else {
-                e.kernel == "reverse"
-            }
-        })
+        .filter(eligible)
+        .filter(|e| all_past_llvm || !e.past_llvm)
         .min_by(|a, b| a.ns_per_path.total_cmp(&b.ns_per_path));
     let Some(best) = best else {
         // Neither forward nor reverse fits the budget: the error says so (reverse's is the
@@ -532,6 +551,14 @@ pub fn choice_text(c: &Choice) -> String {
             w.spill_traffic,
             w.storage_slots
         );
+        if e.past_llvm {
+            let _ = writeln!(
+                s,
+                "  {:<13} past LLVM's size limits: runs on Cranelift, far slower than this \
+                 estimate (auto takes it only when every kernel is)",
+                ""
+            );
+        }
     }
     s
 }
@@ -597,6 +624,35 @@ output price = %5
         assert_eq!((price.max_live, price.storage_slots), (3, 3));
         assert_eq!((fwd.max_live, fwd.storage_slots), (3, 3));
         assert_eq!((rev.max_live, rev.storage_slots), (4, 5));
+    }
+
+    /// On the CPU, auto mode leaves a kernel past LLVM's limits (Cranelift's, measured 40x
+    /// slower than its estimate on the 10,000-step Asian's reverse kernel) for one LLVM takes:
+    /// there the forward kernel, a loop, whatever the near-tie of their estimates.
+    #[test]
+    fn auto_mode_on_the_cpu_prefers_a_kernel_llvm_takes() {
+        use crate::products::{record, Market, Options, Product};
+        if crate::compile::CpuBackend::fastest() != crate::compile::CpuBackend::Llvm {
+            return;
+        }
+        let o = Options {
+            steps: 10_000,
+            ..Options::defaults(Product::AsianCall)
+        };
+        let v = crate::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap())
+            .unwrap();
+        let c = choose(&v, &CompileOptions::new(Target::Cpu)).unwrap();
+        let past = |k: &str| c.estimates.iter().find(|e| e.kernel == k).unwrap().past_llvm;
+        assert_eq!((past("forward"), past("reverse")), (false, true));
+        assert_eq!(c.kernel, "forward");
+        assert!(choice_text(&c).contains("past LLVM's size limits"));
+        // Unrolled, both are past the limits: the model's choice stands.
+        let unrolled = CompileOptions {
+            loops: false,
+            ..CompileOptions::new(Target::Cpu)
+        };
+        let c = choose(&v, &unrolled).unwrap();
+        assert!(c.estimates.iter().all(|e| e.past_llvm || e.mode == Mode::Price));
     }
 
     /// A kernel with loops does the work of its unrolled twin: the same statements run (each

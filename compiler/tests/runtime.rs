@@ -984,3 +984,41 @@ fn kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
         "the products compile as loops ({looped} kernels shrank on {opened} backends)"
     );
 }
+
+/// A long unrolled CPU kernel runs even from a thread with a small stack (a test thread has
+/// 2 MiB): the kernel's frame, past 2 MiB for the 10,000-step Asian's reverse kernel on
+/// Cranelift, is on the runtime's own worker thread. Before that thread, a one-thread run used
+/// the caller's stack and overflowed a small one, and two threads overflowed their 2 MiB.
+#[test]
+fn a_long_cpu_kernel_runs_whatever_the_caller_s_stack() {
+    let o = Options {
+        steps: 10_000,
+        ..Options::defaults(Product::AsianCall)
+    };
+    let v = nablac::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap())
+        .expect("valid");
+    let o = CompileOptions {
+        mode: Mode::Reverse,
+        precision: Precision::F64,
+        cpu_backend: nablac::compile::CpuBackend::Cranelift,
+        ..CompileOptions::new(Target::Cpu)
+    };
+    let k = compile(&v, &o).expect("compiles");
+    let backend = Backend::open(Target::Cpu).expect("cpu");
+    let loaded = backend.load(&k.source, &k.manifest).expect("loads");
+    let market: Vec<f64> = v.inputs.iter().map(|i| i.value).collect();
+    let r = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let opts = RunOptions {
+                threads: Some(1),
+                ..RunOptions::default()
+            };
+            backend.run(&loaded, &[market], 8, SEED, &opts)
+        })
+        .unwrap()
+        .join()
+        .expect("no overflow")
+        .expect("runs");
+    assert!(r[0].outputs[0].value.is_finite() && r[0].outputs[0].value > 0.0);
+}

@@ -781,6 +781,10 @@ fn default_chunk(len: u64, threads: usize) -> u64 {
 /// sums (a few blocks per sum), whatever the path count or the tape's width.
 const CPU_LEAVES_BYTES: usize = 8 << 20;
 
+/// The stack of each thread a CPU kernel runs on (reserved, and touched only as deep as the
+/// kernel's frame goes): the 60,024-node unrolled reverse Asian overflowed a 2 MiB thread.
+const CPU_KERNEL_STACK: usize = 256 << 20;
+
 /// Paths per kernel call on one CPU thread: all of a chunk unless its leaves would pass
 /// `CPU_LEAVES_BYTES`, then the largest power of two that fits (at least one path).
 fn cpu_piece_paths(chunk: u64, row: usize) -> u64 {
@@ -875,14 +879,24 @@ fn cpu_range_sums(
         }
     };
     let workers = threads.min(n_chunks.max(1) as usize);
-    if workers <= 1 {
-        work();
-    } else {
-        std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(work);
-            }
-        });
+    // Every worker on a thread of its own with CPU_KERNEL_STACK: a long unrolled kernel's frame
+    // outgrows a spawned thread's 2 MiB (the 10,000-step Asian's reverse kernel did) and, longer
+    // still, the caller's 8 MiB.
+    let spawned = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers.max(1))
+            .map(|_| {
+                std::thread::Builder::new()
+                    .name("nablac-cpu".into())
+                    .stack_size(CPU_KERNEL_STACK)
+                    .spawn_scoped(s, work)
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.map(|_| ()))
+    });
+    if let Err(e) = spawned {
+        return Err(RuntimeError::Host(format!(
+            "no thread for the CPU kernel: {e}"
+        )));
     }
     run.into_inner().unwrap_or_else(|e| e.into_inner())
 }
