@@ -642,6 +642,33 @@ mod tests {
         }
     }
 
+    /// Loops' goldens: the 12-step Asian's price and forward kernels with their steps as loops
+    /// (the default), per dialect and for the CPU's CLIF, under `snapshots/<target>/`; the
+    /// unrolled goldens (`emit::snapshots`, `--unroll`) stay as they were.
+    #[test]
+    fn looped_kernels_match_their_snapshots() {
+        let t = crate::passes::fixtures::asian(12);
+        for target in [Target::Cuda, Target::Opencl, Target::Glsl, Target::Cpu] {
+            for mode in [Mode::Price, Mode::Forward] {
+                let o = CompileOptions {
+                    mode,
+                    ..CompileOptions::new(target)
+                };
+                let k = compile(&t, &o).unwrap();
+                let name = format!(
+                    "asian12_{}_loops_{}",
+                    mode.name(),
+                    k.manifest.precision.name()
+                );
+                assert!(
+                    k.source.contains(" it = ") || target == Target::Cpu,
+                    "{name}: a loop"
+                );
+                crate::emit::snapshots::snapshot(target, &name, &k.source);
+            }
+        }
+    }
+
     /// The 252-step Asian with its vol in `buckets` buckets (scripts/bucketed-asian.py): every
     /// input reaches the price, so forward mode carries `buckets + 4` tangents.
     fn bucketed_asian(buckets: u32) -> Verified {
