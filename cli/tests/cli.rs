@@ -2217,6 +2217,31 @@ fn price_and_forward_kernels_loop_unless_unrolled() {
         let unrolled = std::fs::read_to_string(d.join("u.cu")).unwrap();
         assert!(!unrolled.contains("unsigned int it ="), "{mode}: unrolled");
     }
+    // explain shows each mode's loops and what they carry.
+    let e = ok(&["explain", "a.bin", "--mode", "price"], &d);
+    assert!(
+        e.contains("price mode: 1 loop (")
+            && e.contains(
+                "loop over iterations 0..252 of %15..%1527 (6 nodes each): carries 2 values \
+                 (%19 %20)"
+            ),
+        "{e}"
+    );
+    let e = ok(&["explain", "a.bin", "--mode", "forward"], &d);
+    assert!(
+        e.contains(
+            "loop over iterations 2..251 of %15..%1527 (6 nodes each): carries 10 values (%31 \
+             %32; tangents by direction %31:0,2,3,4 %32:0,2,3,4)"
+        ),
+        "{e}"
+    );
+    let j: Value = serde_json::from_str(&ok(
+        &["explain", "a.bin", "--mode", "forward", "--json"],
+        &d,
+    ))
+    .unwrap();
+    assert_eq!(j["loops"][0]["first"], 2);
+    assert_eq!(j["loops"][0]["tangents"].as_array().unwrap().len(), 8);
     ok(
         &["a.bin", "--mode", "reverse", "--unroll", "-o", "r.cu"],
         &d,

@@ -642,7 +642,13 @@ output price = %5
         let v = crate::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap())
             .unwrap();
         let c = choose(&v, &CompileOptions::new(Target::Cpu)).unwrap();
-        let past = |k: &str| c.estimates.iter().find(|e| e.kernel == k).unwrap().past_llvm;
+        let past = |k: &str| {
+            c.estimates
+                .iter()
+                .find(|e| e.kernel == k)
+                .unwrap()
+                .past_llvm
+        };
         assert_eq!((past("forward"), past("reverse")), (false, true));
         assert_eq!(c.kernel, "forward");
         assert!(choice_text(&c).contains("past LLVM's size limits"));
@@ -652,7 +658,10 @@ output price = %5
             ..CompileOptions::new(Target::Cpu)
         };
         let c = choose(&v, &unrolled).unwrap();
-        assert!(c.estimates.iter().all(|e| e.past_llvm || e.mode == Mode::Price));
+        assert!(c
+            .estimates
+            .iter()
+            .all(|e| e.past_llvm || e.mode == Mode::Price));
     }
 
     /// A kernel with loops does the work of its unrolled twin: the same statements run (each

@@ -22,9 +22,9 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "N")]
     seg_len: Option<u32>,
     /// What to explain: the reverse kernel's checkpoint plan, forward mode's tangent directions
-    /// (how many, and which inputs share each), or what `--mode auto` compiles for --target and
-    /// why (each candidate kernel's work, storage slots and estimated cost) [default: reverse;
-    /// auto when --target or --precision is given].
+    /// (how many, and which inputs share each) and loops, the price kernel's loops, or what
+    /// `--mode auto` compiles for --target and why (each candidate kernel's work, storage slots
+    /// and estimated cost) [default: reverse; auto when --target or --precision is given].
     #[arg(long, value_enum, default_value = "reverse")]
     mode: ExplainMode,
     /// The target `--mode auto` chooses for [default: cpu]; on cpu it also reports the storage
@@ -35,7 +35,8 @@ pub struct ExplainArgs {
     #[arg(long, value_enum)]
     precision: Option<PrecisionArg>,
     /// Print JSON: nodes, active, segments, cuts, crossing, persistent, max_live_plain,
-    /// max_live_checkpointed (with --mode forward: inputs, directions, colouring {input: direction};
+    /// max_live_checkpointed (with --mode forward: inputs, directions, colouring {input: direction},
+    /// loops [{start, end, period, first, count, values, tangents}]; with --mode price: loops;
     /// with --mode auto: model, kernel (the choice), estimates [{kernel, mode, segments, work,
     /// ns_per_path}]).
     #[arg(long)]
@@ -51,6 +52,7 @@ pub struct ExplainArgs {
 pub enum ExplainMode {
     Reverse,
     Forward,
+    Price,
     Auto,
 }
 
@@ -72,7 +74,7 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
     if args.mode == ExplainMode::Auto {
         return auto(args, given);
     }
-    if args.mode == ExplainMode::Forward {
+    if matches!(args.mode, ExplainMode::Forward | ExplainMode::Price) {
         for (id, flag) in [
             ("segments", "--segments"),
             ("checkpoint", "--checkpoint"),
@@ -81,19 +83,47 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
             ("plot", "--plot"),
         ] {
             if given.has(id) {
+                let mode = if args.mode == ExplainMode::Price {
+                    "price"
+                } else {
+                    "forward"
+                };
                 bail!(
-                    "{flag} does nothing with --mode forward: a forward kernel has no checkpoint \
-                     plan (its report is the tangent directions)"
+                    "{flag} does nothing with --mode {mode}: a {mode} kernel has no checkpoint \
+                     plan (its report is {})",
+                    if mode == "price" {
+                        "its loops"
+                    } else {
+                        "the tangent directions and the loops"
+                    }
                 );
             }
         }
         let tape = super::load_tape(&args.tape.tape)?;
-        let text = if args.json {
-            super::json_text(&nablac::passes::explain_forward(&tape), false)?
-        } else {
-            nablac::passes::explain_forward_text(&tape)
+        let text = match (args.mode, args.json) {
+            (ExplainMode::Forward, true) => {
+                super::json_text(&nablac::passes::explain_forward(&tape), false)?
+            }
+            (ExplainMode::Forward, false) => nablac::passes::explain_forward_text(&tape)
                 .trim_end()
-                .to_string()
+                .to_string(),
+            (_, json) => {
+                let loops = nablac::passes::explain_loops(&tape, nablac::emit::Mode::Price);
+                if json {
+                    super::json_text(&serde_json::json!({ "loops": loops }), false)?
+                } else if loops.is_empty() {
+                    "price mode: no loops (no repeated steps; `nablac inspect` lists the tape's)"
+                        .to_string()
+                } else {
+                    format!(
+                        "price mode: {} loop{} (iterations outside them are straight-line; \
+                         --unroll: none)\n{}",
+                        loops.len(),
+                        if loops.len() == 1 { "" } else { "s" },
+                        nablac::passes::explain_loops_text(&loops).trim_end()
+                    )
+                }
+            }
         };
         super::print_report(&text, false)?;
         return Ok(());

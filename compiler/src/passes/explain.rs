@@ -50,13 +50,104 @@ pub fn explain(tape: &Verified, plan: &Plan) -> Explain {
 
 /// Forward mode's directions (`nablac explain --mode forward`): how many tangent directions the
 /// kernel carries and each input's (`colouring`: inputs that meet in no output share one;
-/// an input no output depends on has none).
+/// an input no output depends on has none), and the kernel's loops.
 #[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
 pub struct ForwardExplain {
     pub inputs: u32,
     pub directions: u32,
     /// Input name -> its direction (absent: no output depends on it).
     pub colouring: std::collections::BTreeMap<String, u32>,
+    pub loops: Vec<LoopExplain>,
+}
+
+/// One loop of a kernel (`schedule::loops`): iterations `first .. first + count` of the
+/// region `start .. end` (`period` nodes an iteration), and what it carries from one iteration
+/// to the next: values and tangents (node, direction) of body nodes, each named by its node in
+/// the loop's first iteration.
+#[derive(Clone, PartialEq, Eq, Debug, serde::Serialize)]
+pub struct LoopExplain {
+    pub start: u32,
+    pub end: u32,
+    pub period: u32,
+    pub first: u32,
+    pub count: u32,
+    pub values: Vec<u32>,
+    pub tangents: Vec<(u32, u32)>,
+}
+
+/// The loops of `tape`'s `mode` kernel (price or forward; a reverse kernel has none yet), in
+/// order.
+pub fn explain_loops(tape: &Verified, mode: crate::emit::Mode) -> Vec<LoopExplain> {
+    use crate::schedule::{Schedule, ScheduleOptions, Stmt, Var};
+    let s = Schedule::plain(
+        tape,
+        ScheduleOptions {
+            loops: true,
+            ..ScheduleOptions::new(mode)
+        },
+    );
+    let regions = super::reroll::reroll(tape, crate::schedule::LOOP_MIN_NODES);
+    s.body
+        .iter()
+        .filter_map(|st| {
+            let Stmt::Loop(l) = st else { return None };
+            let node = l.carried.iter().find_map(|c| match c.var {
+                Var::Carried(n) | Var::CarriedTangent(n, _) => Some(n.0),
+                _ => None,
+            })?;
+            let r = regions
+                .iter()
+                .find(|r| (r.start..r.end()).contains(&node))?;
+            let mut e = LoopExplain {
+                start: r.start,
+                end: r.end(),
+                period: r.period,
+                first: l.first,
+                count: l.count,
+                values: Vec::new(),
+                tangents: Vec::new(),
+            };
+            for c in &l.carried {
+                match c.var {
+                    Var::Carried(n) => e.values.push(n.0),
+                    Var::CarriedTangent(n, d) => e.tangents.push((n.0, d as u32)),
+                    _ => {}
+                }
+            }
+            Some(e)
+        })
+        .collect()
+}
+
+/// The loops as text, one line each (nothing where there are none).
+pub fn explain_loops_text(loops: &[LoopExplain]) -> String {
+    let mut s = String::new();
+    for l in loops {
+        let values: Vec<String> = l.values.iter().map(|v| format!("%{v}")).collect();
+        let mut tangents: Vec<String> = Vec::new();
+        for &(n, d) in &l.tangents {
+            match tangents.last_mut() {
+                Some(t) if t.starts_with(&format!("%{n}:")) => t.push_str(&format!(",{d}")),
+                _ => tangents.push(format!("%{n}:{d}")),
+            }
+        }
+        let _ = write!(
+            s,
+            "  loop over iterations {}..{} of %{}..%{} ({} nodes each): carries {} values",
+            l.first,
+            l.first + l.count,
+            l.start,
+            l.end,
+            l.period,
+            l.values.len() + l.tangents.len()
+        );
+        let _ = write!(s, " ({}", values.join(" "));
+        if !tangents.is_empty() {
+            let _ = write!(s, "; tangents by direction {}", tangents.join(" "));
+        }
+        let _ = writeln!(s, ")");
+    }
+    s
 }
 
 /// The forward-mode summary of `tape`.
@@ -71,6 +162,7 @@ pub fn explain_forward(tape: &Verified) -> ForwardExplain {
             .zip(&c.colour)
             .filter_map(|(i, c)| c.map(|c| (i.name.clone(), c)))
             .collect(),
+        loops: explain_loops(tape, crate::emit::Mode::Forward),
     }
 }
 
@@ -102,6 +194,13 @@ pub fn explain_forward_text(tape: &Verified) -> String {
             "  no direction (no output depends on them): {}",
             none.join(" ")
         );
+    }
+    if !e.loops.is_empty() {
+        let _ = writeln!(
+            s,
+            "loops (iterations outside them are straight-line; --unroll: none):"
+        );
+        s.push_str(&explain_loops_text(&e.loops));
     }
     s
 }

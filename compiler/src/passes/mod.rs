@@ -30,8 +30,8 @@ pub use crate::schedule::maxlive::{
 pub use activity::activity;
 pub use colouring::{colour_inputs, Colouring};
 pub use explain::{
-    explain, explain_forward, explain_forward_text, explain_svg, explain_text, plan_listing,
-    Explain, ForwardExplain,
+    explain, explain_forward, explain_forward_text, explain_loops, explain_loops_text, explain_svg,
+    explain_text, plan_listing, Explain, ForwardExplain, LoopExplain,
 };
 pub use liveness::liveness;
 pub use opacity::{adjoint_reads, opacity, opaque_math_arguments, OPAQUE_MATH};
