@@ -123,8 +123,9 @@ def test_bad_compile_requests_name_options_as_keywords():
     with pytest.raises(nablac.OptionError, match="annotate"):
         nablac.compile(t, target="cuda", annotate=1)
     with pytest.raises(nablac.CompileError,
-                       match="loops compiles price kernels only, for now: give mode='price'"):
-        nablac.compile(t, loops=True)
+                       match="loops compiles price and forward kernels only, for now: "
+                             "give mode='price' or mode='forward'"):
+        nablac.compile(t, mode="reverse", loops=True)
     k = nablac.compile(t, mode="reverse")
     with pytest.raises(nablac.CompileError, match="segments applies when compiling a tape"):
         nablac.run(k, segments=4)
