@@ -120,6 +120,9 @@ impl CpuBackend {
         }
     }
 
+    /// Every back end, in the order options list them.
+    pub const ALL: [CpuBackend; 2] = [CpuBackend::Llvm, CpuBackend::Cranelift];
+
     pub fn name(self) -> &'static str {
         match self {
             CpuBackend::Cranelift => "cranelift",

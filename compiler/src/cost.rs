@@ -304,7 +304,8 @@ pub struct Choice {
 /// every candidate is: it runs on Cranelift, and the CPU model is fitted on LLVM's times. On
 /// the 10,000-step Asian (60,024 nodes) the unrolled reverse kernel, estimated 55 us a path
 /// against forward's 57, ran 2,180 us a path (1M paths, 2 threads, 1,090 s) where the forward
-/// kernel, a loop LLVM takes, ran 56 us (29 s).
+/// kernel, a loop LLVM takes, ran 56 us (29 s): `nablac run T.bin --target cpu --mode
+/// reverse|forward --paths 1000000` on this 2-core machine (BENCHMARKS.md, 2026-12-07).
 ///
 /// Errors: an option out of its range, as [`crate::compile::compile`] would refuse it.
 pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileError> {
@@ -631,16 +632,10 @@ output price = %5
     /// there the forward kernel, a loop, whatever the near-tie of their estimates.
     #[test]
     fn auto_mode_on_the_cpu_prefers_a_kernel_llvm_takes() {
-        use crate::products::{record, Market, Options, Product};
         if crate::compile::CpuBackend::fastest() != crate::compile::CpuBackend::Llvm {
             return;
         }
-        let o = Options {
-            steps: 10_000,
-            ..Options::defaults(Product::AsianCall)
-        };
-        let v = crate::verify::verify(record(Product::AsianCall, &o, &Market::default()).unwrap())
-            .unwrap();
+        let v = crate::passes::fixtures::asian(10_000);
         let c = choose(&v, &CompileOptions::new(Target::Cpu)).unwrap();
         let past = |k: &str| {
             c.estimates
@@ -671,26 +666,16 @@ output price = %5
     /// forward kernel at 16 registers, 176 against 244 on the basket's.)
     #[test]
     fn loops_count_the_work_of_the_unrolled_kernel() {
-        use crate::products::{record, Market, Options, Product};
+        use crate::products::Product;
         for (p, steps) in [
             (Product::AsianCall, 52),
             (Product::Barrier, 52),
             (Product::Basket, 8),
         ] {
-            let o = Options {
-                steps,
-                ..Options::defaults(p)
-            };
-            let v = crate::verify::verify(record(p, &o, &Market::default()).unwrap()).unwrap();
+            let v = crate::passes::fixtures::product(p, Some(steps));
             for mode in [Mode::Price, Mode::Forward] {
                 let plain = Schedule::plain(&v, ScheduleOptions::new(mode));
-                let looped = Schedule::plain(
-                    &v,
-                    ScheduleOptions {
-                        loops: true,
-                        ..ScheduleOptions::new(mode)
-                    },
-                );
+                let looped = Schedule::plain(&v, ScheduleOptions::looped(mode));
                 assert!(looped.body.iter().any(|s| matches!(s, Stmt::Loop(_))));
                 for registers in [u32::MAX, 16] {
                     let (a, b) = (

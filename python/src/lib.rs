@@ -243,15 +243,13 @@ fn request(
             Opt::CkptNodes => r.ckpt_nodes = Some(whole(&key, &v)?),
             Opt::SegLen => r.seg_len = Some(whole(&key, &v)?),
             Opt::ScratchLayout => {
-                let all = [ScratchLayout::Soa, ScratchLayout::Aos];
-                r.scratch_layout = Some(choice(&key, &v, &all, ScratchLayout::name)?)
+                r.scratch_layout = Some(choice(&key, &v, &ScratchLayout::ALL, ScratchLayout::name)?)
             }
             Opt::WorkgroupSize => r.workgroup_size = Some(whole(&key, &v)?),
             Opt::Annotate => r.annotate = Some(flag(&key, &v)?),
             Opt::MinBlocks => r.min_blocks = Some(whole(&key, &v)?),
             Opt::CpuBackend => {
-                let all = [CpuBackend::Llvm, CpuBackend::Cranelift];
-                r.cpu_backend = Some(choice(&key, &v, &all, CpuBackend::name)?)
+                r.cpu_backend = Some(choice(&key, &v, &CpuBackend::ALL, CpuBackend::name)?)
             }
             Opt::GreekStderr => r.greek_stderr = Some(flag(&key, &v)?),
             Opt::Markets => r.markets = Some(whole(&key, &v)?),

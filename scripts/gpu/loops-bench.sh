@@ -35,24 +35,9 @@ if [[ "${1:-}" == --prepare ]]; then
       $n "$(tape "$t")" --target cuda --mode "$m" -o "$g/k/${t}_${m}_loops.cu" >/dev/null
     done
   done
-  build() {
-    local cu=$1 base=${1%.cu} opts t0 t1 t2
-    opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
-    t0=$(date +%s.%N)
-    # shellcheck disable=SC2086
-    python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts
-    t1=$(date +%s.%N)
-    "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
-    t2=$(date +%s.%N)
-    rm -f "$base.ptx"
-    printf '%s: %s B, nvrtc %.2f s, ptxas %.2f s, %s\n' "$(basename "$base")" "$(stat -c %s "$cu")" \
-      "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" \
-      "$(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
-  }
-  export -f build
   export NABLAC_NVRTC NABLAC_PTXAS
   # One at a time: the compile times are part of the result.
-  for cu in "$g"/k/*.cu; do build "$cu"; done | sort | tee "$g/k/summary.txt"
+  for cu in "$g"/k/*.cu; do bash scripts/gpu/cubin.sh "$cu"; done | sort | tee "$g/k/summary.txt"
   strip -o "$g/nablac" "$n"
   python3 -c 'import tarfile
 with tarfile.open(".lp2.tar.xz", "w:xz") as t: t.add(".lp2")'

@@ -102,11 +102,7 @@ cubin() {
     fi
   fi
   if ! [[ -f "$base.cubin" && "$(cat "$base.sha" 2>/dev/null)" == "$sha" ]]; then
-    opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
-    # shellcheck disable=SC2086
-    python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts 2>"$base.nvrtc.log"
-    "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
-    rm -f "$base.ptx"
+    bash scripts/gpu/cubin.sh "$cu" >/dev/null
     echo "$sha" >"$base.sha"
   fi
   echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"

@@ -29,18 +29,8 @@ if [[ "${1:-}" == --prepare ]]; then
     $n "$g/k/$t.bin" --target cuda --mode "$m" -o "$g/k/${t}_${m}_strong.cu" 2>/dev/null
     python3 scripts/plain-chain-factors.py "$g/k/${t}_${m}_strong.cu" "$g/k/${t}_${m}_plain.cu"
   done
-  build() {
-    local cu=$1 base=${1%.cu} opts
-    opts=$(python3 -c 'import json, sys; print(" ".join(json.load(open(sys.argv[1]))["compile_options"]))' "$cu.json")
-    # shellcheck disable=SC2086
-    python3 scripts/nvrtc-ptx.py "$NABLAC_NVRTC" "$cu" "$base.ptx" --gpu-architecture=compute_90 $opts
-    "$NABLAC_PTXAS" -arch=sm_90 -v -o "$base.cubin" "$base.ptx" 2>"$base.ptxas.txt"
-    rm -f "$base.ptx"
-    echo "$(basename "$base"): $(grep -E 'registers|spill' "$base.ptxas.txt" | sed 's/ptxas info *: //' | tr -s ' \n' ' ')"
-  }
-  export -f build
   export NABLAC_NVRTC NABLAC_PTXAS
-  ls "$g"/k/*.cu | xargs -P 2 -I{} bash -c 'build {}' | sort | tee "$g/k/ptxas-summary.txt"
+  ls "$g"/k/*.cu | xargs -P 2 -I{} bash scripts/gpu/cubin.sh {} | sort | tee "$g/k/ptxas-summary.txt"
   python3 -c 'import tarfile
 with tarfile.open(".sz.tar.xz", "w:xz") as t: t.add(".sz")'
   du -sh .sz.tar.xz

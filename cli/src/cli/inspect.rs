@@ -50,8 +50,8 @@ pub struct Loop {
     pub draws_per_iteration: u32,
 }
 
-/// The smallest region `inspect` reports (nodes).
-const MIN_LOOP_NODES: u32 = 16;
+/// The smallest region `inspect` reports (nodes): the smallest a kernel loops over.
+const MIN_LOOP_NODES: u32 = nablac::schedule::LOOP_MIN_NODES;
 
 pub fn summarize(v: &Verified) -> Summary {
     let (tape, info) = (v.tape(), v.info());

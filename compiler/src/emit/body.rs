@@ -62,15 +62,22 @@ impl<'a> Body<'a> {
         self.d.literal(x, self.p)
     }
 
+    /// `{prefix}N`, or `{prefix}N_l` in lane l of a kernel with several lanes.
+    fn laned(&self, prefix: &str, n: NodeId, lane: usize) -> String {
+        if self.schedule.lanes == 1 {
+            format!("{prefix}{}", n.0)
+        } else {
+            format!("{prefix}{}_{lane}", n.0)
+        }
+    }
+
     fn var(&self, v: Var) -> String {
         match v {
             Var::Value(n) => format!("v{}", n.0),
             Var::Copy(n) => format!("r{}", n.0),
-            Var::Tangent(n, _) if self.schedule.lanes == 1 => format!("t{}", n.0),
-            Var::Tangent(n, l) => format!("t{}_{l}", n.0),
+            Var::Tangent(n, l) => self.laned("t", n, l),
             Var::Carried(n) => format!("c{}", n.0),
-            Var::CarriedTangent(n, _) if self.schedule.lanes == 1 => format!("u{}", n.0),
-            Var::CarriedTangent(n, l) => format!("u{}_{l}", n.0),
+            Var::CarriedTangent(n, l) => self.laned("u", n, l),
         }
     }
 
@@ -434,7 +441,7 @@ impl<'a> Body<'a> {
                 out.close();
             }
             Stmt::Loop(l) => {
-                out.line(format!("// {}", l.note));
+                out.line(format!("// {}", l.note()));
                 let inits: Vec<String> = l
                     .carried
                     .iter()

@@ -81,6 +81,9 @@ pub enum ScratchLayout {
 }
 
 impl ScratchLayout {
+    /// Every layout, in the order options list them.
+    pub const ALL: [ScratchLayout; 2] = [ScratchLayout::Soa, ScratchLayout::Aos];
+
     /// `soa` or `aos`, as the manifest spells it.
     pub fn name(self) -> &'static str {
         match self {

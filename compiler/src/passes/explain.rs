@@ -79,29 +79,15 @@ pub struct LoopExplain {
 /// order.
 pub fn explain_loops(tape: &Verified, mode: crate::emit::Mode) -> Vec<LoopExplain> {
     use crate::schedule::{Schedule, ScheduleOptions, Stmt, Var};
-    let s = Schedule::plain(
-        tape,
-        ScheduleOptions {
-            loops: true,
-            ..ScheduleOptions::new(mode)
-        },
-    );
-    let regions = super::reroll::reroll(tape, crate::schedule::LOOP_MIN_NODES);
+    let s = Schedule::plain(tape, ScheduleOptions::looped(mode));
     s.body
         .iter()
         .filter_map(|st| {
             let Stmt::Loop(l) = st else { return None };
-            let node = l.carried.iter().find_map(|c| match c.var {
-                Var::Carried(n) | Var::CarriedTangent(n, _) => Some(n.0),
-                _ => None,
-            })?;
-            let r = regions
-                .iter()
-                .find(|r| (r.start..r.end()).contains(&node))?;
             let mut e = LoopExplain {
-                start: r.start,
-                end: r.end(),
-                period: r.period,
+                start: l.region.start,
+                end: l.region.end,
+                period: l.period,
                 first: l.first,
                 count: l.count,
                 values: Vec::new(),

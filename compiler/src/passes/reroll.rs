@@ -553,13 +553,7 @@ mod tests {
         let v = crate::verify::verify(t.clone()).unwrap();
         [Mode::Price, Mode::Forward].map(|mode| {
             let plain = Schedule::plain(&v, ScheduleOptions::new(mode));
-            let looped = Schedule::plain(
-                &v,
-                ScheduleOptions {
-                    loops: true,
-                    ..ScheduleOptions::new(mode)
-                },
-            );
+            let looped = Schedule::plain(&v, ScheduleOptions::looped(mode));
             crate::schedule::verify::verify(&looped, &v).unwrap();
             let inputs: Vec<f64> = t.inputs.iter().map(|i| i.value).collect();
             for path in [0, 1, 77] {

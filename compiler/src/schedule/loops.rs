@@ -43,11 +43,7 @@ fn place(r: &Region, v: NodeId) -> Option<(u32, u32)> {
 
 /// The node a straight-line statement defines (its value or a tangent).
 fn defined(s: &Stmt) -> Option<NodeId> {
-    match s {
-        Stmt::Define { node, .. } => Some(*node),
-        Stmt::Tangent(t) => Some(t.node),
-        _ => None,
-    }
+    defines(s).and_then(Var::straight_node)
 }
 
 /// The variable a straight-line statement defines.
@@ -449,12 +445,8 @@ fn build(
                     }
                     loops += 1;
                     out.push(Stmt::Loop(Loop {
-                        note: format!(
-                            "iterations {first}..{end} of %{}..%{} ({} nodes each)",
-                            r.start,
-                            r.end(),
-                            r.period
-                        ),
+                        region: r.start..r.end(),
+                        period: r.period,
                         first,
                         count: end - first,
                         carried,

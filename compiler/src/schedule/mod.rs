@@ -198,11 +198,27 @@ pub struct Block {
 /// end of each iteration, so after the loop it holds the last iteration's.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Loop {
-    pub note: String,
+    /// The region's nodes and its nodes per iteration (`passes::reroll::Region`).
+    pub region: Range<u32>,
+    pub period: u32,
     pub first: u32,
     pub count: u32,
     pub carried: Vec<Carry>,
     pub body: Vec<Stmt>,
+}
+
+impl Loop {
+    /// A comment for the reader of generated source: the iterations and the region.
+    pub fn note(&self) -> String {
+        format!(
+            "iterations {}..{} of %{}..%{} ({} nodes each)",
+            self.first,
+            self.first + self.count,
+            self.region.start,
+            self.region.end,
+            self.period
+        )
+    }
 }
 
 /// One carried variable of a [`Loop`].
@@ -299,13 +315,21 @@ pub struct ScheduleOptions {
 }
 
 impl ScheduleOptions {
-    /// `mode`, no opaque math arguments, the Greeks' squares summed.
+    /// `mode`, no opaque math arguments, the Greeks' squares summed, unrolled.
     pub fn new(mode: Mode) -> Self {
         ScheduleOptions {
             mode,
             opaque_math: false,
             greek_stderr: true,
             loops: false,
+        }
+    }
+
+    /// [`ScheduleOptions::new`] with the tape's loop regions as loops.
+    pub fn looped(mode: Mode) -> Self {
+        ScheduleOptions {
+            loops: true,
+            ..ScheduleOptions::new(mode)
         }
     }
 }
