@@ -286,7 +286,7 @@ fn looped_kernels_compile_on_every_target() {
         };
         let v = nablac::verify::verify(record(p, &o, &Market::default()).unwrap()).unwrap();
         for target in [Target::Cuda, Target::Opencl, Target::Glsl] {
-            for mode in [Mode::Price, Mode::Forward] {
+            for mode in [Mode::Price, Mode::Forward, Mode::Reverse] {
                 for precision in [Precision::F32, Precision::F64] {
                     let what = format!("{p:?}_{}_{mode:?}_{}", target.name(), precision.name());
                     let opts = CompileOptions {

@@ -2242,15 +2242,39 @@ fn price_and_forward_kernels_loop_unless_unrolled() {
     .unwrap();
     assert_eq!(j["loops"][0]["first"], 2);
     assert_eq!(j["loops"][0]["tangents"].as_array().unwrap().len(), 8);
+    // Reverse kernels loop on the GPU targets under the default plan: a forward loop that
+    // bookmarks the path's price each step, a reverse loop that restores it.
     ok(
         &["a.bin", "--mode", "reverse", "--unroll", "-o", "r.cu"],
         &d,
     );
     ok(&["a.bin", "--mode", "reverse", "-o", "r2.cu"], &d);
+    assert!(
+        size("r2.cu") * 10 < size("r.cu"),
+        "{} vs {}",
+        size("r2.cu"),
+        size("r.cu")
+    );
+    let src = std::fs::read_to_string(d.join("r2.cu")).unwrap();
+    assert!(
+        src.contains("float bm[252];")
+            && src.contains("bm[0u + it] = c19;")
+            && src.contains("for (unsigned int it = 252u; it-- > 0u;)")
+            && src.contains("float r19 = opq(bm[0u + it], zero);"),
+        "{src}"
+    );
+    // A plan asked for gives the checkpointed kernel, as --unroll does.
+    ok(&["a.bin", "--segments", "16", "-o", "r3.cu"], &d);
     assert_eq!(
         std::fs::read(d.join("r.cu")).unwrap(),
-        std::fs::read(d.join("r2.cu")).unwrap(),
-        "reverse kernels are unrolled either way"
+        std::fs::read(d.join("r3.cu")).unwrap(),
+        "--segments: the checkpointed kernel"
+    );
+    let e = ok(&["explain", "a.bin"], &d);
+    assert!(
+        e.contains("bookmarks %19 each iteration (252 per path)")
+            && e.contains("reverse loop over iterations 0..252, last first: restores %19"),
+        "{e}"
     );
     // A kernel compiled already takes no compile option.
     let e = fails(&["run", "l.cu", "--unroll"], &d, 1);

@@ -35,9 +35,11 @@ pub struct CompileOptions {
     pub greek_stderr: bool,
     /// Fuse several markets into one kernel (`crate::ladder`); `None`: one market.
     pub ladder: Option<crate::ladder::LadderSpec>,
-    /// Price and forward kernels: print the tape's loop regions (`passes::reroll`) as loops
-    /// where their iterations repeat (`schedule::loops`), not unrolled; on by default (the same
-    /// bits, a fraction of the source; reverse kernels are unrolled, for now).
+    /// Print the tape's loop regions (`passes::reroll`) as loops where their iterations repeat
+    /// (`schedule::loops`), not unrolled; on by default (the same bits, a fraction of the
+    /// source). Reverse kernels loop on the GPU targets under the default checkpoint plan
+    /// ([`CompileOptions::reverse_loops`]); on the CPU, and with a checkpoint plan asked for,
+    /// they stay unrolled.
     pub loops: bool,
 }
 
@@ -225,8 +227,22 @@ impl CompileOptions {
             mode: self.mode,
             opaque_math: crate::passes::opaque_math_arguments(self.target),
             greek_stderr: self.greek_stderr,
-            loops: self.loops && self.mode != Mode::Reverse,
+            loops: self.loops && (self.mode != Mode::Reverse || self.reverse_loops()),
         }
+    }
+
+    /// Does a reverse kernel with these options loop? On a GPU target under the default plan
+    /// (register checkpoints, the segments left to the planner): the loops' bookmarks replace
+    /// the segments, and their recomputation is the checkpointed kernel's. Not on the CPU,
+    /// whose unrolled reverse kernel keeps every value and recomputes nothing (the loop's
+    /// recomputation costs it half again: cost::tests), nor where a plan is asked for
+    /// (segments, a segment length, scratch, none).
+    pub fn reverse_loops(&self) -> bool {
+        self.loops
+            && self.target != Target::Cpu
+            && self.segments.strategy == Checkpoint::Registers
+            && self.segments.segments.is_none()
+            && self.segments.seg_len.is_none()
     }
 }
 
@@ -645,14 +661,19 @@ mod tests {
         }
     }
 
-    /// Loops' goldens: the 12-step Asian's price and forward kernels with their steps as loops
-    /// (the default), per dialect and for the CPU's CLIF, under `snapshots/<target>/`; the
-    /// unrolled goldens (`emit::snapshots`, `--unroll`) stay as they were.
+    /// Loops' goldens: the 12-step Asian's kernels with their steps as loops (the default),
+    /// per dialect (price, forward and reverse) and for the CPU's CLIF (price and forward: its
+    /// reverse kernel is unrolled), under `snapshots/<target>/`; the unrolled goldens
+    /// (`emit::snapshots`, `--unroll`) stay as they were.
     #[test]
     fn looped_kernels_match_their_snapshots() {
         let t = crate::passes::fixtures::asian(12);
         for target in [Target::Cuda, Target::Opencl, Target::Glsl, Target::Cpu] {
-            for mode in [Mode::Price, Mode::Forward] {
+            let modes: &[Mode] = match target {
+                Target::Cpu => &[Mode::Price, Mode::Forward],
+                _ => &[Mode::Price, Mode::Forward, Mode::Reverse],
+            };
+            for &mode in modes {
                 let o = CompileOptions {
                     mode,
                     ..CompileOptions::new(target)

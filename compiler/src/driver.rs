@@ -315,15 +315,33 @@ pub fn check(req: &Request) -> Result<(), DriverError> {
         }
     }
     if req.loops == Some(true) && req.mode == Some(Mode::Reverse) {
-        return refuse(
-            "{} compiles price and forward kernels only, for now: give {} or {} (reverse \
-             kernels are unrolled)",
-            &[
-                bare(Opt::Loops),
-                with(Opt::Mode, "price"),
-                with(Opt::Mode, "forward"),
-            ],
-        );
+        if req.target() == Target::Cpu {
+            return refuse(
+                "{} with {} is for the GPU targets: the cpu target's reverse kernel is \
+                 unrolled (it keeps every value, so a loop would only recompute them)",
+                &[bare(Opt::Loops), with(Opt::Mode, "reverse")],
+            );
+        }
+        let plan = [
+            (
+                Opt::Checkpoint,
+                req.checkpoint.is_some_and(|c| c != Checkpoint::Registers),
+            ),
+            (Opt::Segments, req.segments.is_some()),
+            (Opt::SegLen, req.seg_len.is_some()),
+        ];
+        if let Some((o, _)) = plan.into_iter().find(|p| p.1) {
+            return refuse(
+                "{} with {} does nothing with {}: a reverse loop's bookmarks take the place of \
+                 the segments (leave {} out for the checkpointed kernel)",
+                &[
+                    bare(Opt::Loops),
+                    with(Opt::Mode, "reverse"),
+                    bare(o),
+                    bare(Opt::Loops),
+                ],
+            );
+        }
     }
     if req.mode == Some(Mode::Price) && req.greek_stderr.is_some() {
         return refuse(

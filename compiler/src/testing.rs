@@ -325,6 +325,8 @@ pub fn run_schedule(
         scratch: vec![None; schedule.scratch_slots as usize],
         row: Vec::new(),
         iteration: 0,
+        loop_first: 0,
+        bookmarks: Vec::new(),
     };
     m.block(&schedule.body);
     m.row
@@ -333,7 +335,7 @@ pub fn run_schedule(
 #[derive(Default)]
 struct Scope {
     values: std::collections::HashMap<crate::schedule::Var, Option<f64>>,
-    adjoints: std::collections::HashMap<(NodeId, usize), f64>,
+    adjoints: std::collections::HashMap<(crate::schedule::Grad, usize), f64>,
 }
 
 struct Machine<'a> {
@@ -345,6 +347,10 @@ struct Machine<'a> {
     row: Vec<f64>,
     /// The enclosing loop's iteration (0 outside loops).
     iteration: u32,
+    /// The enclosing loop's first iteration (0 outside loops).
+    loop_first: u32,
+    /// The path's bookmarks (`None`: not stored yet).
+    bookmarks: Vec<Option<f64>>,
 }
 
 impl Machine<'_> {
@@ -388,13 +394,20 @@ impl Machine<'_> {
     }
 
     fn adjoint(&mut self, node: NodeId, lane: usize) -> &mut f64 {
+        self.grad(crate::schedule::Grad::Of(node), lane)
+    }
+
+    fn grad(&mut self, g: crate::schedule::Grad, lane: usize) -> &mut f64 {
         self.scopes
             .iter_mut()
             .rev()
-            .find_map(|s| s.adjoints.get_mut(&(node, lane)))
-            .unwrap_or_else(|| {
-                panic!("the schedule uses the undeclared adjoint of {node} lane {lane}")
-            })
+            .find_map(|s| s.adjoints.get_mut(&(g, lane)))
+            .unwrap_or_else(|| panic!("the schedule uses the undeclared adjoint {g:?} lane {lane}"))
+    }
+
+    /// Bookmark `at` of the current iteration.
+    fn bookmark_index(&self, at: u32) -> usize {
+        (at + self.iteration - self.loop_first) as usize
     }
 
     fn stmt(&mut self, stmt: &crate::schedule::Stmt) {
@@ -452,11 +465,27 @@ impl Machine<'_> {
                 };
                 self.set(Var::Copy(*node), value, true);
             }
-            Stmt::DeclareAdjoints { node, lanes } => {
+            Stmt::DeclareAdjoints { grad, lanes } => {
                 let scope = self.scopes.last_mut().expect("a scope");
                 for &lane in lanes {
-                    scope.adjoints.insert((*node, lane), 0.0);
+                    scope.adjoints.insert((*grad, lane), 0.0);
                 }
+            }
+            Stmt::MoveAdjoint { to, from, lane } => {
+                let x = *self.grad(*from, *lane);
+                *self.grad(*to, *lane) = x;
+            }
+            Stmt::Bookmarks { slots } => self.bookmarks = vec![None; *slots as usize],
+            Stmt::Bookmark { var, at } => {
+                let x = self.read(crate::schedule::Operand::Var(*var));
+                let k = self.bookmark_index(*at);
+                self.bookmarks[k] = Some(x);
+            }
+            Stmt::Restore { node, at } => {
+                let k = self.bookmark_index(*at);
+                let x = self.bookmarks[k]
+                    .unwrap_or_else(|| panic!("bookmark {k} read before it is written"));
+                self.set(Var::Copy(*node), x, true);
             }
             Stmt::Seed { node, lane } => *self.adjoint(*node, *lane) = 1.0,
             Stmt::Adjoint(adj) => {
@@ -476,7 +505,7 @@ impl Machine<'_> {
                     });
                     for (arg, sub, delta) in deltas {
                         if let Some(to) = adj.to[arg.index()] {
-                            let a = self.adjoint(to, adj.lane);
+                            let a = self.grad(to, adj.lane);
                             *a = if sub { *a - delta } else { *a + delta };
                         }
                     }
@@ -511,7 +540,13 @@ impl Machine<'_> {
                     let x = self.read(c.init);
                     self.set(c.var, x, true);
                 }
-                for i in l.first..l.first + l.count {
+                self.loop_first = l.first;
+                let order: Box<dyn Iterator<Item = u32>> = if l.reverse {
+                    Box::new((l.first..l.first + l.count).rev())
+                } else {
+                    Box::new(l.first..l.first + l.count)
+                };
+                for i in order {
                     self.iteration = i;
                     self.scopes.push(Scope::default());
                     self.block(&l.body);
@@ -522,6 +557,7 @@ impl Machine<'_> {
                     }
                 }
                 self.iteration = 0;
+                self.loop_first = 0;
             }
             Stmt::Block(b) => {
                 self.scopes.push(Scope::default());

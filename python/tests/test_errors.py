@@ -123,9 +123,12 @@ def test_bad_compile_requests_name_options_as_keywords():
     with pytest.raises(nablac.OptionError, match="annotate"):
         nablac.compile(t, target="cuda", annotate=1)
     with pytest.raises(nablac.CompileError,
-                       match="loops compiles price and forward kernels only, for now: "
-                             "give mode='price' or mode='forward'"):
+                       match="loops with mode='reverse' is for the GPU targets: the cpu "
+                             "target's reverse kernel is unrolled"):
         nablac.compile(t, mode="reverse", loops=True)
+    with pytest.raises(nablac.CompileError,
+                       match="loops with mode='reverse' does nothing with segments"):
+        nablac.compile(t, target="cuda", mode="reverse", loops=True, segments=4)
     k = nablac.compile(t, mode="reverse")
     with pytest.raises(nablac.CompileError, match="segments applies when compiling a tape"):
         nablac.run(k, segments=4)

@@ -3,7 +3,7 @@
 # root with .lp2.tar.xz (made by `scripts/gpu/loops-bench.sh --prepare` here) and .gpu.tar.xz
 # (`BINARIES_ONLY=1 scripts/gpu/prepare.sh`: nablac, glslang, the Vulkan loader) carried along:
 #
-#   1. CUDA throughput: each tape's price and forward kernels, unrolled (`--unroll`) against
+#   1. CUDA throughput: each tape's price, forward and reverse kernels, unrolled (`--unroll`) against
 #      loops (the default), prebuilt sm_90 cubins, cuda_host.py on both in one process: the sums must be
 #      bit-identical (`==first True`), median of REPS launches of PATHS paths each;
 #   2. a first `nablac run` (value + 5 Greeks, default mode, empty cache, 1M paths) of the
@@ -30,7 +30,7 @@ if [[ "${1:-}" == --prepare ]]; then
   $n record asian --steps 100000 -o "$g/k/asian100k.bin" >/dev/null
   tape() { ls "$g/k/$1".bin "$g/k/$1".ntape 2>/dev/null | head -n1; }
   for t in $tapes; do
-    for m in price forward; do
+    for m in price forward reverse; do
       $n "$(tape "$t")" --target cuda --mode "$m" --unroll -o "$g/k/${t}_${m}_unrolled.cu" >/dev/null
       $n "$(tape "$t")" --target cuda --mode "$m" -o "$g/k/${t}_${m}_loops.cu" >/dev/null
     done
@@ -56,7 +56,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
 
 echo "== 1. CUDA f32, unrolled vs loops, ${PATHS:=16777216} paths, median of ${REPS:=11}"
 for t in $tapes; do
-  for m in price forward; do
+  for m in price forward reverse; do
     echo "-- $t $m"
     python3 scripts/gpu/cuda_host.py "$g/k/${t}_${m}_unrolled.cu" "$g/k/${t}_${m}_loops.cu" \
       --paths "$PATHS" --reps "$REPS" --seed 7 2>&1 | tee -a "$out/throughput.txt"

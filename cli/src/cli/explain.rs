@@ -157,12 +157,25 @@ pub fn run(args: &ExplainArgs, given: &Given) -> Result<()> {
         )?,
         None => false,
     };
+    // The GPU targets' reverse kernel under the default plan loops instead (`--unroll`, or a
+    // plan asked for, gives the checkpointed kernel above).
+    let loops = nablac::passes::explain_loops(&tape, nablac::emit::Mode::Reverse);
     let text = if args.json {
-        super::json_text(&explain, plot_on_stdout)?
+        let mut j = serde_json::to_value(&explain)?;
+        j["loops"] = serde_json::to_value(&loops)?;
+        super::json_text(&j, plot_on_stdout)?
     } else {
-        nablac::passes::explain_text(&tape, &plan)
+        let mut t = nablac::passes::explain_text(&tape, &plan)
             .trim_end()
-            .to_string()
+            .to_string();
+        if !loops.is_empty() {
+            t.push_str(&format!(
+                "\nGPU targets, default plan: the reverse kernel loops instead (--unroll or a \
+                 plan asked for compiles the checkpointed one above)\n{}",
+                nablac::passes::explain_loops_text(&loops).trim_end()
+            ));
+        }
+        t
     };
     super::print_report(&text, plot_on_stdout)?;
     Ok(())

@@ -28,13 +28,13 @@ use super::{ClifError, Options};
 use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, Stmt, Tangent, Var};
+use crate::schedule::{Adjoint, Def, Grad, Leaf, Loop, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, BlockArg, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder,
-    MemFlagsData, Signature, UserFuncName, Value,
+    MemFlagsData, Signature, StackSlotData, StackSlotKind, UserFuncName, Value,
 };
 use cranelift_codegen::isa::TargetFrontendConfig;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -271,8 +271,11 @@ struct Values {
     /// or in forward mode its tangent in direction `lane`.
     adj: Vec<Option<Value>>,
     lanes: usize,
-    /// The loops' carried values where the code now stands.
+    /// The loops' carried values and a reverse loop's restored copies where the code now
+    /// stands.
     carried: std::collections::HashMap<Var, Value>,
+    /// A reverse loop's previous-iteration adjoints (`Grad::Prev`; absent: still +0.0).
+    prev: std::collections::HashMap<(NodeId, usize), Value>,
 }
 
 impl Values {
@@ -284,16 +287,37 @@ impl Values {
             }
             Operand::Var(Var::Tangent(n, lane)) => self.adj[n.index() * self.lanes + lane]
                 .expect("tangents are defined before they are read"),
-            Operand::Var(v @ (Var::Carried(_) | Var::CarriedTangent(..))) => *self
+            Operand::Var(v @ (Var::Carried(_) | Var::CarriedTangent(..) | Var::Copy(_))) => *self
                 .carried
                 .get(&v)
                 .expect("carried values are defined before they are read"),
-            Operand::Var(Var::Copy(_)) => unreachable!("the plain schedule has no opaque copies"),
         }
     }
 
     fn adjoint(&self, cx: &Ctx, v: NodeId, lane: usize) -> Value {
-        self.adj[v.index() * self.lanes + lane].unwrap_or(cx.k.zero)
+        self.grad(Grad::Of(v), lane).unwrap_or(cx.k.zero)
+    }
+
+    /// Adjoint `g` in `lane`; `None` while it is +0.0.
+    fn grad(&self, g: Grad, lane: usize) -> Option<Value> {
+        match g {
+            Grad::Of(v) => self.adj[v.index() * self.lanes + lane],
+            Grad::Prev(v) => self.prev.get(&(v, lane)).copied(),
+        }
+    }
+
+    fn set_grad(&mut self, g: Grad, lane: usize, x: Option<Value>) {
+        match g {
+            Grad::Of(v) => self.adj[v.index() * self.lanes + lane] = x,
+            Grad::Prev(v) => match x {
+                Some(x) => {
+                    self.prev.insert((v, lane), x);
+                }
+                None => {
+                    self.prev.remove(&(v, lane));
+                }
+            },
+        }
     }
 }
 
@@ -335,6 +359,105 @@ fn define(
     }
 }
 
+/// One adjoint rule application: its steps, in order.
+fn adjoint(cx: &Ctx, b: &mut FunctionBuilder, vals: &mut Values, adj: &Adjoint) {
+    // Only the operands the steps that run read (a reverse loop recomputes no others).
+    let (ra, rb, rc) = adj.rule.reads(adj.to.map(|t| t.is_some()));
+    let op = |x: Option<Operand>, read: bool| x.filter(|_| read).map(|x| vals.operand(cx, x));
+    let x = [
+        op(adj.x[0], ra),
+        op(adj.x[1], rb),
+        op(adj.x[2], rc),
+        Some(vals.adjoint(cx, adj.node, adj.lane)),
+    ];
+    for st in adj.rule.adjoint {
+        step(cx, b, vals, adj, st, &x, None);
+    }
+}
+
+/// A reverse loop (`Loop::reverse`) as a do-while loop from its last iteration down to its
+/// first: the block's parameters are the iteration and the adjoints the body updates that live
+/// outside it (`Loop::outer_adjoints`), the exit block's their values after the first iteration.
+#[allow(clippy::too_many_arguments)]
+fn reverse_loop(
+    cx: &Ctx,
+    b: &mut FunctionBuilder,
+    vals: &mut Values,
+    l: &Loop,
+    ty: types::Type,
+    draws: &dyn Fn(&mut FunctionBuilder, DrawKind, Value) -> Value,
+    input: &dyn Fn(&mut FunctionBuilder, u32) -> Value,
+    bookmark: &dyn Fn(&mut FunctionBuilder, u32, u32, Value) -> Value,
+) -> Result<(), ClifError> {
+    let flags = MemFlagsData::trusted();
+    let outer = l.outer_adjoints();
+    let lp = b.create_block();
+    let after = b.create_block();
+    b.append_block_param(lp, types::I32);
+    for _ in &outer {
+        b.append_block_param(lp, ty);
+        b.append_block_param(after, ty);
+    }
+    let last = b.ins().iconst(types::I32, i64::from(l.first + l.count - 1));
+    let mut args = vec![BlockArg::Value(last)];
+    for &(g, lane) in &outer {
+        args.push(BlockArg::Value(vals.grad(g, lane).unwrap_or(cx.k.zero)));
+    }
+    b.ins().jump(lp, &args);
+    b.switch_to_block(lp);
+    let p = b.block_params(lp).to_vec();
+    let it = p[0];
+    for (&(g, lane), &x) in outer.iter().zip(&p[1..]) {
+        vals.set_grad(g, lane, Some(x));
+    }
+    for s in &l.body {
+        match s {
+            Stmt::Note(_) | Stmt::Rekey => {}
+            Stmt::Restore { node, at } => {
+                let a = bookmark(b, *at, l.first, it);
+                let x = b.ins().load(ty, flags, a, 0);
+                vals.carried.insert(Var::Copy(*node), x);
+            }
+            Stmt::Define { node, def, .. } => {
+                let x = define(cx, b, vals, def, draws, input, Some(it));
+                vals.val[node.index()] = Some(x);
+            }
+            Stmt::DeclareAdjoints { grad, lanes } => {
+                for &lane in lanes {
+                    vals.set_grad(*grad, lane, None);
+                }
+            }
+            Stmt::Adjoint(adj) => adjoint(cx, b, vals, adj),
+            Stmt::MoveAdjoint { to, from, lane } => {
+                let x = vals.grad(*from, *lane);
+                vals.set_grad(*to, *lane, x);
+            }
+            _ => {
+                return Err(ClifError::Unsupported(
+                    "a reverse loop of anything but restores, definitions and adjoints",
+                ))
+            }
+        }
+    }
+    let next: Vec<BlockArg> = outer
+        .iter()
+        .map(|&(g, lane)| BlockArg::Value(vals.grad(g, lane).unwrap_or(cx.k.zero)))
+        .collect();
+    let more = b
+        .ins()
+        .icmp_imm_u(IntCC::UnsignedGreaterThan, it, i64::from(l.first));
+    let it1 = b.ins().iadd_imm_u(it, -1);
+    let mut again = vec![BlockArg::Value(it1)];
+    again.extend(next.iter().cloned());
+    b.ins().brif(more, lp, &again, after, &next);
+    b.switch_to_block(after);
+    let p = b.block_params(after).to_vec();
+    for (&(g, lane), &x) in outer.iter().zip(&p) {
+        vals.set_grad(g, lane, Some(x));
+    }
+    Ok(())
+}
+
 /// When a guarded adjoint step applies: `(flag, true)` when the i8 `flag` is 1, `(flag, false)`
 /// when it is 0.
 type Guard = Option<(Value, bool)>;
@@ -355,7 +478,7 @@ fn step(
             let Some(a) = adj.to[acc.arg.index()] else {
                 return;
             };
-            let old = vals.adjoint(cx, a, adj.lane);
+            let old = vals.grad(a, adj.lane).unwrap_or(cx.k.zero);
             let c = expr(cx, b, &acc.expr, x);
             let new = if acc.sub {
                 b.ins().fsub(old, c)
@@ -367,7 +490,7 @@ fn step(
                 Some((flag, true)) => b.ins().select(flag, new, old),
                 Some((flag, false)) => b.ins().select(flag, old, new),
             };
-            vals.adj[a.index() * vals.lanes + adj.lane] = Some(new);
+            vals.set_grad(a, adj.lane, Some(new));
         }
         Step::If(c, then, otherwise) => {
             let flag = cond(cx, b, c, x);
@@ -603,6 +726,24 @@ pub(super) fn lower(
         adj: vec![None; n * schedule.lanes],
         lanes: schedule.lanes,
         carried: Default::default(),
+        prev: Default::default(),
+    };
+    // The bookmarks: a stack slot of the path's values (`Stmt::Bookmarks`).
+    let bookmarks = (schedule.bookmarks > 0).then(|| {
+        let slot = b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            schedule.bookmarks * ty.bytes(),
+            4,
+        ));
+        b.ins().stack_addr(types::I64, slot, 0)
+    });
+    // Bookmark `at` of iteration `it` of a loop that starts at `first`.
+    let bookmark = |b: &mut FunctionBuilder, at: u32, first: u32, it: Value| {
+        let base = bookmarks.expect("a bookmark has its slot");
+        let i = b.ins().iadd_imm_u(it, i64::from(at) - i64::from(first));
+        let i = b.ins().uextend(types::I64, i);
+        let off = b.ins().imul_imm_u(i, i64::from(ty.bytes()));
+        b.ins().iadd(base, off)
     };
     let seed_lo = b.ins().ireduce(types::I32, seed);
     let seed_hi = b.ins().ushr_imm_u(seed, 32);
@@ -667,6 +808,9 @@ pub(super) fn lower(
                     vals.val[node.index()] = Some(x);
                 }
             }
+            Stmt::Loop(l) if l.reverse => {
+                reverse_loop(&cx, &mut b, &mut vals, l, ty, &draws, &load, &bookmark)?;
+            }
             Stmt::Loop(l) => {
                 // A do-while loop (a region has at least two iterations): the block's
                 // parameters are the iteration and the carried values, the exit block's the
@@ -699,11 +843,14 @@ pub(super) fn lower(
                             let v = tangent(&cx, &mut b, &vals, t);
                             vals.adj[t.node.index() * vals.lanes + t.lane] = Some(v);
                         }
-                        _ => {
-                            return Err(ClifError::Unsupported(
-                                "a loop of anything but definitions and tangents",
-                            ))
+                        Stmt::Bookmark { var, at } => {
+                            let x = vals.operand(&cx, Operand::Var(*var));
+                            let a = bookmark(&mut b, *at, l.first, p[0]);
+                            b.ins().store(flags, x, a, 0);
                         }
+                        _ => return Err(ClifError::Unsupported(
+                            "a forward loop of anything but definitions, tangents and bookmarks",
+                        )),
                     }
                 }
                 let next: Vec<BlockArg> = l
@@ -731,17 +878,10 @@ pub(super) fn lower(
             Stmt::Seed { node, lane } => {
                 vals.adj[node.index() * vals.lanes + lane] = Some(cx.k.one);
             }
-            Stmt::Adjoint(adj) => {
-                let op = |x: Option<Operand>| x.map(|x| vals.operand(&cx, x));
-                let x = [
-                    op(adj.x[0]),
-                    op(adj.x[1]),
-                    op(adj.x[2]),
-                    Some(vals.adjoint(&cx, adj.node, adj.lane)),
-                ];
-                for st in adj.rule.adjoint {
-                    step(&cx, &mut b, &mut vals, adj, st, &x, None);
-                }
+            Stmt::Adjoint(adj) => adjoint(&cx, &mut b, &mut vals, adj),
+            Stmt::MoveAdjoint { to, from, lane } => {
+                let x = vals.grad(*from, *lane);
+                vals.set_grad(*to, *lane, x);
             }
             Stmt::Leaves(_) => {
                 let mut ys: Vec<Value> = Vec::with_capacity(leaves.len());
@@ -792,12 +932,15 @@ pub(super) fn lower(
                 }
             }
             // The plain schedule's notes and declarations (adjoints start at +0.0) emit nothing.
-            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } => {}
+            // (the bookmarks' slot is made above).
+            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } | Stmt::Bookmarks { .. } => {}
             Stmt::Declare(_)
             | Stmt::Spill { .. }
             | Stmt::Rekey
             | Stmt::OpaqueRead { .. }
-            | Stmt::Block(_) => unreachable!("the CPU code runs the plain schedule"),
+            | Stmt::Bookmark { .. }
+            | Stmt::Restore { .. }
+            | Stmt::Block(_) => unreachable!("the CPU code runs the plain schedule or loops"),
         }
     }
     let next = b.ins().iadd_imm_u(idx, 1);

@@ -791,3 +791,77 @@ fn the_loader_refuses_foreign_code() {
     m.target = Target::Cuda;
     assert!(err(&k.source, &m).contains("target"));
 }
+
+/// The CPU lowerings of reverse loops (`schedule::Loop::reverse`: bookmarks in a stack slot,
+/// the adjoints the body updates round the loop as block parameters or phis) give the bits of
+/// the plain kernel, Cranelift and LLVM, f32 and f64, on the time-stepping products and the
+/// corpus. (`compile` keeps CPU reverse kernels unrolled, `CompileOptions::reverse_loops`; this
+/// holds the lowerings to the schedule's promise all the same.)
+#[test]
+fn reverse_loops_give_the_plain_kernels_bits() {
+    use crate::products::{record, Market, Options as P, Product};
+    use crate::schedule::{Schedule, ScheduleOptions, Stmt};
+    let product = |p: Product, steps: u32, assets: u32| {
+        let o = P {
+            steps,
+            assets,
+            ..P::defaults(p)
+        };
+        crate::verify::verify(record(p, &o, &Market::default()).unwrap()).unwrap()
+    };
+    let mut tapes = vec![
+        ("asian64".to_string(), asian(64)),
+        ("barrier52".into(), product(Product::Barrier, 52, 3)),
+        ("basket4x8".into(), product(Product::Basket, 8, 4)),
+    ];
+    tapes.extend(
+        crate::corpus::load(&crate::corpus::dir())
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.name, c.tape)),
+    );
+    let mut looped = 0;
+    for (name, tape) in &tapes {
+        let plain = Schedule::plain(tape, ScheduleOptions::new(Mode::Reverse));
+        let rolled = Schedule::plain(tape, ScheduleOptions::looped(Mode::Reverse));
+        crate::schedule::verify::verify(&rolled, tape).unwrap();
+        if rolled
+            .body
+            .iter()
+            .any(|s| matches!(s, Stmt::Loop(l) if l.reverse))
+        {
+            looped += 1;
+        }
+        let inputs: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
+        for precision in [Precision::F32, Precision::F64] {
+            let o = opts(Mode::Reverse, precision);
+            let mut kernels = vec![
+                emit_schedule(tape, &plain, &o).map(|k| (k.source, k.manifest)),
+                emit_schedule(tape, &rolled, &o).map(|k| (k.source, k.manifest)),
+            ];
+            #[cfg(feature = "llvm")]
+            for s in [&plain, &rolled] {
+                let lanes = crate::llvm::lanes(precision);
+                let k = crate::llvm::emit_schedule(tape, s, &o, lanes).unwrap();
+                kernels.push(Ok((k.source, k.manifest)));
+            }
+            let rows: Vec<Vec<u64>> = kernels
+                .into_iter()
+                .map(|k| {
+                    let (source, manifest) = k.unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let c = cpu::load(&source, &manifest).unwrap();
+                    let r = run_rows(&c, &inputs, 5, 0, 37);
+                    r.iter().map(|x| x.to_bits()).collect()
+                })
+                .collect();
+            for (k, r) in rows.iter().enumerate().skip(1) {
+                assert_eq!(
+                    &rows[k & !1],
+                    r,
+                    "{name} {precision:?}: kernel {k} vs plain"
+                );
+            }
+        }
+    }
+    assert!(looped >= 3, "the products loop in reverse ({looped})");
+}

@@ -11,7 +11,7 @@ use super::dialect::{real, Dialect, MathFn};
 use super::manifest::Precision;
 use super::ScratchLayout;
 use crate::ops::{Acc, Arith, Cond, Expr, Factor, Fun, Step};
-use crate::schedule::{self, Adjoint, Def, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
+use crate::schedule::{self, Adjoint, Def, Grad, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId, Tape};
 use std::collections::HashMap;
 
@@ -28,6 +28,8 @@ pub(super) struct Body<'a> {
     pub index64: &'static str,
     /// Tangent definitions printed inside their one reader (`schedule::fused_products`).
     pub fused: HashMap<Var, Tangent>,
+    /// The first iteration of the loop being printed (its bookmarks are indexed from it).
+    pub loop_first: std::cell::Cell<u32>,
 }
 
 /// Lines of source with an indentation level.
@@ -90,10 +92,22 @@ impl<'a> Body<'a> {
 
     /// The adjoint of `v` in lane `o`.
     fn dname(&self, v: NodeId, o: usize) -> String {
-        if self.schedule.lanes == 1 {
-            format!("d{}", v.0)
-        } else {
-            format!("d{}_{}", v.0, o)
+        self.gname(Grad::Of(v), o)
+    }
+
+    /// Adjoint `g` in lane `o`: `dN` (`dN_o`), a previous iteration's `eN` (`eN_o`).
+    fn gname(&self, g: Grad, o: usize) -> String {
+        match g {
+            Grad::Of(v) => self.laned("d", v, o),
+            Grad::Prev(v) => self.laned("e", v, o),
+        }
+    }
+
+    /// Bookmark `at` of iteration `it` of loop `l`.
+    fn bookmark(&self, at: u32, first: u32) -> String {
+        match first {
+            0 => format!("bm[{at}u + it]"),
+            _ => format!("bm[{at}u + (it - {first}u)]"),
         }
     }
 
@@ -220,7 +234,7 @@ impl<'a> Body<'a> {
             to.map(|arg| {
                 let sign = if acc.sub { '-' } else { '+' };
                 let e = self.expr(&acc.expr, x).0;
-                format!("{} {sign}= {e};", self.dname(arg, adj.lane))
+                format!("{} {sign}= {e};", self.gname(arg, adj.lane))
             })
         };
         match step {
@@ -404,13 +418,43 @@ impl<'a> Body<'a> {
                 );
                 out.line(self.note(line, *node));
             }
-            Stmt::DeclareAdjoints { node, lanes } => {
+            Stmt::DeclareAdjoints { grad, lanes } => {
                 let zero = self.lit(0.0);
                 let decls: Vec<String> = lanes
                     .iter()
-                    .map(|&o| format!("{} {} = {zero};", self.decl_type(), self.dname(*node, o)))
+                    .map(|&o| format!("{} {} = {zero};", self.decl_type(), self.gname(*grad, o)))
                     .collect();
                 out.line(decls.join(" "));
+            }
+            Stmt::MoveAdjoint { to, from, lane } => {
+                out.line(format!(
+                    "{} = {};",
+                    self.gname(*to, *lane),
+                    self.gname(*from, *lane)
+                ));
+            }
+            Stmt::Bookmarks { slots } => {
+                if *slots > 0 {
+                    out.line(format!("{} bm[{slots}];", self.decl_type()));
+                }
+            }
+            Stmt::Bookmark { var, at } => {
+                let first = self.loop_first.get();
+                out.line(format!(
+                    "{} = {};",
+                    self.bookmark(*at, first),
+                    self.var(*var)
+                ));
+            }
+            Stmt::Restore { node, at } => {
+                let first = self.loop_first.get();
+                let line = format!(
+                    "{} r{} = {};",
+                    self.decl_type(),
+                    node.0,
+                    self.d.opaque(&self.bookmark(*at, first))
+                );
+                out.line(self.note(line, *node));
             }
             Stmt::Seed { node, lane } => {
                 out.line(format!("{} = {};", self.dname(*node, *lane), self.lit(1.0)));
@@ -458,12 +502,22 @@ impl<'a> Body<'a> {
                     out.line(chunk.join(" "));
                 }
                 let u = self.d.uint;
-                out.open(format!(
-                    "for ({u} it = {}u; it < {}u; it++) {{",
-                    l.first,
-                    l.first + l.count
-                ));
+                out.open(if l.reverse {
+                    format!(
+                        "for ({u} it = {}u; it-- > {}u;) {{",
+                        l.first + l.count,
+                        l.first
+                    )
+                } else {
+                    format!(
+                        "for ({u} it = {}u; it < {}u; it++) {{",
+                        l.first,
+                        l.first + l.count
+                    )
+                });
+                let outer = self.loop_first.replace(l.first);
                 self.stmts(out, &l.body);
+                self.loop_first.set(outer);
                 let next: Vec<String> = l
                     .carried
                     .iter()

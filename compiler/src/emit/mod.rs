@@ -264,6 +264,7 @@ fn emit_checked(
             "ulong"
         },
         fused: crate::schedule::fused_products(&schedule.body),
+        loop_first: std::cell::Cell::new(0),
     };
     if opts.precision == Precision::F64 {
         let (normal, uniform) = schedule.draws();

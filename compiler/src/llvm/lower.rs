@@ -26,7 +26,7 @@ use super::LlvmError;
 use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Leaf, Operand, Schedule, Stmt, Tangent, Var};
+use crate::schedule::{Adjoint, Def, Grad, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use inkwell::builder::{Builder, BuilderError};
@@ -75,8 +75,11 @@ struct Values<'ctx> {
     val: Vec<Option<Vv<'ctx>>>,
     adj: Vec<Option<Vv<'ctx>>>,
     lanes: usize,
-    /// The loops' carried values where the code now stands.
+    /// The loops' carried values and a reverse loop's restored copies where the code now
+    /// stands.
     carried: std::collections::HashMap<Var, Vv<'ctx>>,
+    /// A reverse loop's previous-iteration adjoints (`Grad::Prev`; absent: still +0.0).
+    prev: std::collections::HashMap<(NodeId, usize), Vv<'ctx>>,
 }
 
 fn missing(what: &str) -> BuilderError {
@@ -94,17 +97,36 @@ impl<'ctx> Values<'ctx> {
             Operand::Var(Var::Tangent(n, lane)) => {
                 self.adj[n.index() * self.lanes + lane].ok_or_else(|| missing("tangent"))
             }
-            Operand::Var(v @ (Var::Carried(_) | Var::CarriedTangent(..))) => self
+            Operand::Var(v @ (Var::Carried(_) | Var::CarriedTangent(..) | Var::Copy(_))) => self
                 .carried
                 .get(&v)
                 .copied()
                 .ok_or_else(|| missing("carried value")),
-            Operand::Var(Var::Copy(_)) => Err(missing("opaque copy")),
         }
     }
 
     fn adjoint(&self, v: &V<'_, 'ctx>, n: NodeId, lane: usize) -> Vv<'ctx> {
-        self.adj[n.index() * self.lanes + lane].unwrap_or_else(|| v.splat(0.0))
+        self.grad(Grad::Of(n), lane).unwrap_or_else(|| v.splat(0.0))
+    }
+
+    /// Adjoint `g` in `lane`; `None` while it is +0.0.
+    fn grad(&self, g: Grad, lane: usize) -> Option<Vv<'ctx>> {
+        match g {
+            Grad::Of(n) => self.adj[n.index() * self.lanes + lane],
+            Grad::Prev(n) => self.prev.get(&(n, lane)).copied(),
+        }
+    }
+
+    fn set_grad(&mut self, g: Grad, lane: usize, x: Option<Vv<'ctx>>) {
+        match (g, x) {
+            (Grad::Of(n), _) => self.adj[n.index() * self.lanes + lane] = x,
+            (Grad::Prev(n), Some(x)) => {
+                self.prev.insert((n, lane), x);
+            }
+            (Grad::Prev(n), None) => {
+                self.prev.remove(&(n, lane));
+            }
+        }
     }
 }
 
@@ -194,7 +216,7 @@ fn step<'ctx>(
             let Some(a) = adj.to[acc.arg.index()] else {
                 return Ok(());
             };
-            let old = vals.adjoint(v, a, adj.lane);
+            let old = vals.grad(a, adj.lane).unwrap_or_else(|| v.splat(0.0));
             let c = expr(v, &acc.expr, x)?;
             let new = if acc.sub {
                 v.sub(old, c)?
@@ -205,7 +227,7 @@ fn step<'ctx>(
                 None => new,
                 Some(g) => v.select(g, new, old)?,
             };
-            vals.adj[a.index() * vals.lanes + adj.lane] = Some(new);
+            vals.set_grad(a, adj.lane, Some(new));
         }
         Step::If(c, then, otherwise) => {
             let flag = cond(v, c, x)?;
@@ -219,6 +241,24 @@ fn step<'ctx>(
                 step(v, vals, adj, o, x, Some(e))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// One adjoint rule application: its steps, in order.
+fn adjoint<'ctx>(v: &V<'_, 'ctx>, vals: &mut Values<'ctx>, adj: &Adjoint) -> R<()> {
+    // Only the operands the steps that run read (a reverse loop recomputes no others).
+    let (ra, rb, rc) = adj.rule.reads(adj.to.map(|t| t.is_some()));
+    let op =
+        |x: Option<Operand>, read: bool| x.filter(|_| read).map(|x| vals.operand(v, x)).transpose();
+    let x = [
+        op(adj.x[0], ra)?,
+        op(adj.x[1], rb)?,
+        op(adj.x[2], rc)?,
+        Some(vals.adjoint(v, adj.node, adj.lane)),
+    ];
+    for st in adj.rule.adjoint {
+        step(v, vals, adj, st, &x, None)?;
     }
     Ok(())
 }
@@ -634,7 +674,22 @@ fn build<'ctx>(
         adj: vec![None; tape.len() * schedule.lanes],
         lanes: schedule.lanes,
         carried: Default::default(),
+        prev: Default::default(),
     };
+    // The bookmarks (`Stmt::Bookmarks`): a stack array of the path group's vectors.
+    let bookmarks = match schedule.bookmarks {
+        0 => None,
+        n => Some(b.build_array_alloca(t.fty, i64t.const_int(u64::from(n), false), "bookmarks")?),
+    };
+    // Bookmark `at` of iteration `it` of a loop from iteration `first`.
+    let bookmark =
+        |at: u32, first: u32, it: IntValue<'ctx>| -> R<inkwell::values::PointerValue<'ctx>> {
+            let base = bookmarks.ok_or_else(|| missing("bookmarks"))?;
+            let off = i64t.const_int((i64::from(at) - i64::from(first)) as u64, true);
+            let k = b.build_int_add(it, off, "")?;
+            // SAFETY (generated code): at + (it - first) < the kernel's bookmarks.
+            Ok(unsafe { b.build_in_bounds_gep(base, &[k], "")? })
+        };
     let varying = &verified.info().path_dependent;
     // Path-independent definitions: once, in the entry block.
     let hoisted = schedule.hoisted(varying);
@@ -811,16 +866,80 @@ fn build<'ctx>(
             Stmt::Seed { node, lane } => {
                 vals.adj[node.index() * vals.lanes + lane] = Some(v.splat(1.0));
             }
-            Stmt::Adjoint(adj) => {
-                let op = |x: Option<Operand>| x.map(|x| vals.operand(&v, x)).transpose();
-                let x = [
-                    op(adj.x[0])?,
-                    op(adj.x[1])?,
-                    op(adj.x[2])?,
-                    Some(vals.adjoint(&v, adj.node, adj.lane)),
-                ];
-                for st in adj.rule.adjoint {
-                    step(&v, &mut vals, adj, st, &x, None)?;
+            Stmt::Adjoint(adj) => adjoint(&v, &mut vals, adj)?,
+            Stmt::MoveAdjoint { to, from, lane } => {
+                let x = vals.grad(*from, *lane);
+                vals.set_grad(*to, *lane, x);
+            }
+            Stmt::Loop(l) if l.reverse => {
+                // A do-while loop from the last iteration down: the iteration and the adjoints
+                // the body updates that live outside it (`Loop::outer_adjoints`) are phis.
+                let outer = l.outer_adjoints();
+                let pre = b.get_insert_block().ok_or_else(|| missing("block"))?;
+                let lp = cx.append_basic_block(f, "reverse_loop");
+                let after = cx.append_basic_block(f, "reverse_loop_end");
+                let inits: Vec<Vv<'ctx>> = outer
+                    .iter()
+                    .map(|&(g, lane)| vals.grad(g, lane).unwrap_or_else(|| v.splat(0.0)))
+                    .collect();
+                b.build_unconditional_branch(lp)?;
+                b.position_at_end(lp);
+                let it = b.build_phi(i64t, "it")?;
+                let last = u64::from(l.first + l.count - 1);
+                it.add_incoming(&[(&i64t.const_int(last, false), pre)]);
+                let mut phis = Vec::new();
+                for (&(g, lane), x) in outer.iter().zip(&inits) {
+                    let p = b.build_phi(t.fty, "")?;
+                    p.add_incoming(&[(x, pre)]);
+                    vals.set_grad(g, lane, Some(p.as_basic_value().into_vector_value()));
+                    phis.push(p);
+                }
+                let itv = it.as_basic_value().into_int_value();
+                for s in &l.body {
+                    match s {
+                        Stmt::Note(_) | Stmt::Rekey => {}
+                        Stmt::Restore { node, at } => {
+                            let p = bookmark(*at, l.first, itv)?;
+                            let x = b.build_load(p, "")?.into_vector_value();
+                            vals.carried.insert(Var::Copy(*node), x);
+                        }
+                        Stmt::Define { node, def, .. } => {
+                            let x = lower_def(&vals, def, Some(itv))?;
+                            vals.val[node.index()] = Some(x);
+                        }
+                        Stmt::DeclareAdjoints { grad, lanes } => {
+                            for &lane in lanes {
+                                vals.set_grad(*grad, lane, None);
+                            }
+                        }
+                        Stmt::Adjoint(adj) => adjoint(&v, &mut vals, adj)?,
+                        Stmt::MoveAdjoint { to, from, lane } => {
+                            let x = vals.grad(*from, *lane);
+                            vals.set_grad(*to, *lane, x);
+                        }
+                        _ => return Err(missing("a reverse loop's statement")),
+                    }
+                }
+                let next: Vec<Vv<'ctx>> = outer
+                    .iter()
+                    .map(|&(g, lane)| vals.grad(g, lane).unwrap_or_else(|| v.splat(0.0)))
+                    .collect();
+                let latch = b.get_insert_block().ok_or_else(|| missing("block"))?;
+                let it1 = b.build_int_sub(itv, i64t.const_int(1, false), "")?;
+                it.add_incoming(&[(&it1, latch)]);
+                for (p, x) in phis.iter().zip(&next) {
+                    p.add_incoming(&[(x, latch)]);
+                }
+                let more = b.build_int_compare(
+                    IntPredicate::UGT,
+                    itv,
+                    i64t.const_int(u64::from(l.first), false),
+                    "",
+                )?;
+                b.build_conditional_branch(more, lp, after)?;
+                b.position_at_end(after);
+                for (&(g, lane), x) in outer.iter().zip(next) {
+                    vals.set_grad(g, lane, Some(x));
                 }
             }
             Stmt::Loop(l) => {
@@ -858,6 +977,10 @@ fn build<'ctx>(
                             let y = tangent(&v, &vals, tg)?;
                             vals.adj[tg.node.index() * vals.lanes + tg.lane] = Some(y);
                         }
+                        Stmt::Bookmark { var, at } => {
+                            let x = vals.operand(&v, Operand::Var(*var))?;
+                            b.build_store(bookmark(*at, l.first, itv)?, x)?;
+                        }
                         _ => {
                             return Err(missing("a loop of anything but definitions and tangents"))
                         }
@@ -887,11 +1010,13 @@ fn build<'ctx>(
                 }
             }
             Stmt::Leaves(_) => {}
-            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } => {}
+            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } | Stmt::Bookmarks { .. } => {}
             Stmt::Declare(_)
             | Stmt::Spill { .. }
             | Stmt::Rekey
             | Stmt::OpaqueRead { .. }
+            | Stmt::Bookmark { .. }
+            | Stmt::Restore { .. }
             | Stmt::Block(_) => return Err(missing("a checkpointed statement")),
         }
     }

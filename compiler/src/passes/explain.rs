@@ -73,13 +73,25 @@ pub struct LoopExplain {
     pub count: u32,
     pub values: Vec<u32>,
     pub tangents: Vec<(u32, u32)>,
+    /// A reverse sweep's loop (the iterations last first).
+    pub reverse: bool,
+    /// The body nodes whose carried values each iteration bookmarks (a forward loop of a
+    /// reverse kernel) or restores from its bookmarks (a reverse loop).
+    pub bookmarks: Vec<u32>,
 }
 
-/// The loops of `tape`'s `mode` kernel (price or forward; a reverse kernel has none yet), in
-/// order.
+/// The loops of `tape`'s `mode` kernel, in order (a reverse kernel's as the GPU targets print
+/// it under the default plan: `compile::CompileOptions::reverse_loops`).
 pub fn explain_loops(tape: &Verified, mode: crate::emit::Mode) -> Vec<LoopExplain> {
     use crate::schedule::{Schedule, ScheduleOptions, Stmt, Var};
-    let s = Schedule::plain(tape, ScheduleOptions::looped(mode));
+    let o = ScheduleOptions::looped(mode);
+    let s = match mode {
+        // Against the default plan, as a GPU target compiles it.
+        crate::emit::Mode::Reverse => {
+            Schedule::build(tape, &super::plan(tape, &Default::default()), o)
+        }
+        _ => Schedule::plain(tape, o),
+    };
     s.body
         .iter()
         .filter_map(|st| {
@@ -92,6 +104,19 @@ pub fn explain_loops(tape: &Verified, mode: crate::emit::Mode) -> Vec<LoopExplai
                 count: l.count,
                 values: Vec::new(),
                 tangents: Vec::new(),
+                reverse: l.reverse,
+                bookmarks: l
+                    .body
+                    .iter()
+                    .filter_map(|s| match s {
+                        Stmt::Bookmark {
+                            var: Var::Carried(n),
+                            ..
+                        }
+                        | Stmt::Restore { node: n, .. } => Some(n.0),
+                        _ => None,
+                    })
+                    .collect(),
             };
             for c in &l.carried {
                 match c.var {
@@ -109,6 +134,18 @@ pub fn explain_loops(tape: &Verified, mode: crate::emit::Mode) -> Vec<LoopExplai
 pub fn explain_loops_text(loops: &[LoopExplain]) -> String {
     let mut s = String::new();
     for l in loops {
+        let marks: Vec<String> = l.bookmarks.iter().map(|v| format!("%{v}")).collect();
+        if l.reverse {
+            let _ = writeln!(
+                s,
+                "  reverse loop over iterations {}..{}, last first: restores {} from its \
+                 bookmarks, recomputes the iteration (re-keyed), then its adjoints",
+                l.first,
+                l.first + l.count,
+                marks.join(" ")
+            );
+            continue;
+        }
         let values: Vec<String> = l.values.iter().map(|v| format!("%{v}")).collect();
         let mut tangents: Vec<String> = Vec::new();
         for &(n, d) in &l.tangents {
@@ -131,7 +168,16 @@ pub fn explain_loops_text(loops: &[LoopExplain]) -> String {
         if !tangents.is_empty() {
             let _ = write!(s, "; tangents by direction {}", tangents.join(" "));
         }
-        let _ = writeln!(s, ")");
+        let _ = write!(s, ")");
+        if !marks.is_empty() {
+            let _ = write!(
+                s,
+                "; bookmarks {} each iteration ({} per path)",
+                marks.join(" "),
+                marks.len() as u32 * l.count
+            );
+        }
+        let _ = writeln!(s);
     }
     s
 }

@@ -547,11 +547,11 @@ mod tests {
 
     /// Price and forward schedules with loops, interpreted, give the bits of the unrolled
     /// ones, and pass the schedule verifier; the loops of each mode.
-    fn assert_loops_keep_the_bits(t: &Tape, what: &str) -> [usize; 2] {
+    fn assert_loops_keep_the_bits(t: &Tape, what: &str) -> [usize; 3] {
         use crate::emit::Mode;
         use crate::schedule::{Schedule, ScheduleOptions, Stmt};
         let v = crate::verify::verify(t.clone()).unwrap();
-        [Mode::Price, Mode::Forward].map(|mode| {
+        [Mode::Price, Mode::Forward, Mode::Reverse].map(|mode| {
             let plain = Schedule::plain(&v, ScheduleOptions::new(mode));
             let looped = Schedule::plain(&v, ScheduleOptions::looped(mode));
             crate::schedule::verify::verify(&looped, &v).unwrap();
@@ -579,27 +579,27 @@ mod tests {
             (Product::Digital, 1, 3),
         ] {
             let loops = assert_loops_keep_the_bits(&product(p, steps, assets), &format!("{p:?}"));
-            // A one-step digital has no period; the others loop over their steps, in both modes.
-            assert_eq!(loops.map(|l| l > 0), [steps > 1; 2], "{p:?}: loops");
+            // A one-step digital has no period; the others loop over their steps, in every mode.
+            assert_eq!(loops.map(|l| l > 0), [steps > 1; 3], "{p:?}: loops");
         }
         for c in crate::corpus::load(&crate::corpus::dir()).unwrap() {
             assert_loops_keep_the_bits(c.tape.tape(), &c.name);
         }
-        let (mut looped, mut regions) = ([0; 2], 0);
+        let (mut looped, mut regions) = ([0; 3], 0);
         for seed in 0..64 {
             let (t, _, _) = stepped_tape(seed, 1 + (seed % 9) as u32, 3 + (seed % 17) as u32);
             let loops = assert_loops_keep_the_bits(&t, &format!("stepped {seed}"));
             if !reroll(&t, crate::schedule::LOOP_MIN_NODES).is_empty() {
                 regions += 1;
             }
-            for m in 0..2 {
+            for m in 0..3 {
                 looped[m] += usize::from(loops[m] > 0);
             }
         }
         // Many random steps are dead but in the last iteration (nothing to loop); the seeds
         // are fixed, and these many loop in each mode.
         assert!(
-            regions >= 40 && looped[0] >= 10 && looped[1] >= 10,
+            regions >= 40 && looped.iter().all(|&l| l >= 10),
             "{looped:?} of {regions}"
         );
     }

@@ -37,7 +37,7 @@ struct Sim {
     /// The value each name refers to now.
     current: HashMap<Var, usize>,
     /// Also count adjoints (`storage_slots`): the lifetime index of each (node, lane) adjoint.
-    adjoints: Option<HashMap<(crate::tape::NodeId, super::Lane), usize>>,
+    adjoints: Option<HashMap<(super::Grad, super::Lane), usize>>,
     /// Every access in order, (step, value, writes): reads, definitions and adjoint updates
     /// (`spill_traffic`).
     accesses: Vec<(usize, usize, bool)>,
@@ -60,7 +60,7 @@ impl Sim {
 
     /// An adjoint written at step `t` (an accumulation reads it too): alive from its first
     /// write, and to this step at least.
-    fn touch_adjoint(&mut self, key: (crate::tape::NodeId, super::Lane), t: usize) {
+    fn touch_adjoint(&mut self, key: (super::Grad, super::Lane), t: usize) {
         let Some(adj) = self.adjoints.as_mut() else {
             return;
         };
@@ -121,7 +121,7 @@ impl Sim {
                         self.read(Some(x), t);
                     }
                     if self.adjoints.is_some() {
-                        self.touch_adjoint((adj.node, adj.lane), t);
+                        self.touch_adjoint((super::Grad::Of(adj.node), adj.lane), t);
                         for to in adj.to.into_iter().flatten() {
                             self.touch_adjoint((to, adj.lane), t);
                         }
@@ -129,7 +129,28 @@ impl Sim {
                 }
                 Stmt::Seed { node, lane } if self.adjoints.is_some() => {
                     let t = self.step(node.0);
-                    self.touch_adjoint((*node, *lane), t);
+                    self.touch_adjoint((super::Grad::Of(*node), *lane), t);
+                }
+                Stmt::MoveAdjoint { to, from, lane } if self.adjoints.is_some() => {
+                    let t = self.step(first);
+                    self.touch_adjoint((*from, *lane), t);
+                    self.touch_adjoint((*to, *lane), t);
+                }
+                // A declaration starts a new adjoint (a loop body's, each iteration).
+                Stmt::DeclareAdjoints { grad, lanes } => {
+                    if let Some(adj) = self.adjoints.as_mut() {
+                        for &l in lanes {
+                            adj.remove(&(*grad, l));
+                        }
+                    }
+                }
+                Stmt::Bookmark { var, .. } => {
+                    let t = self.step(first);
+                    self.read(Some(Operand::Var(*var)), t);
+                }
+                Stmt::Restore { node, .. } => {
+                    let t = self.step(first);
+                    restore.push(self.define(Var::Copy(*node), t));
                 }
                 Stmt::Tangent(tan) => {
                     let t = self.step(tan.node.0);
@@ -143,7 +164,9 @@ impl Sim {
                     for leaf in leaves {
                         match *leaf {
                             super::Leaf::Value(x) => self.read(Some(x), t),
-                            super::Leaf::Adjoint(node, lane) => self.touch_adjoint((node, lane), t),
+                            super::Leaf::Adjoint(node, lane) => {
+                                self.touch_adjoint((super::Grad::Of(node), lane), t)
+                            }
                             _ => {}
                         }
                     }
@@ -166,7 +189,8 @@ impl Sim {
                 | Stmt::Declare(_)
                 | Stmt::Spill { .. }
                 | Stmt::Rekey
-                | Stmt::DeclareAdjoints { .. }
+                | Stmt::Bookmarks { .. }
+                | Stmt::MoveAdjoint { .. }
                 | Stmt::Seed { .. } => {}
             }
         }

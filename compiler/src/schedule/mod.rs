@@ -36,6 +36,13 @@ use crate::tape::{DrawKind, Node, NodeId, Tape};
 use crate::verify::{TapeInfo, Verified};
 use std::ops::Range;
 
+/// The most bookmarks a path of a reverse kernel with loops holds (values: 16 KiB a thread in
+/// f32). A GPU reserves a thread's local memory for every thread it can hold at once (an H100:
+/// 270,336), so 4,096 values take 4.4 GB of it; a tape that would need more (the 10,000-step
+/// Asian: 10,000) keeps the checkpointed reverse kernel until bookmarks every k ~ sqrt(n)
+/// iterations land.
+pub const MAX_BOOKMARKS: u32 = 4096;
+
 /// The smallest loop region a price kernel keeps as a loop (nodes); shorter ones unroll.
 pub const LOOP_MIN_NODES: u32 = 16;
 
@@ -69,6 +76,17 @@ impl Var {
             Var::Copy(_) | Var::Carried(_) | Var::CarriedTangent(..) => None,
         }
     }
+}
+
+/// The name of an adjoint (in every lane it has).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Grad {
+    /// Node v's adjoint: `dN` (`dN_l` with several lanes).
+    Of(NodeId),
+    /// In a reverse [`Loop`]'s body: the adjoint of the previous iteration's body node v (named
+    /// by its node in the loop's first iteration), which this iteration's rules accumulate:
+    /// `eN` (`eN_l`).
+    Prev(NodeId),
 }
 
 /// What a statement reads: a constant (as a literal at every use) or a named value.
@@ -115,8 +133,9 @@ pub struct Adjoint {
     /// `None` where the node has no such argument.
     pub x: [Option<Operand>; 3],
     /// The adjoints the steps feed: `to[0]` for argument A, `to[1]` for B; `None` where that
-    /// argument carries no adjoint (its steps are not run).
-    pub to: [Option<NodeId>; 2],
+    /// argument carries no adjoint (its steps are not run). The steps read the adjoint
+    /// `Grad::Of(node)`.
+    pub to: [Option<Grad>; 2],
 }
 
 /// The operands of `x` (`[A, B, C]`) that `rule`'s steps read when only the arguments `fed`
@@ -205,19 +224,53 @@ pub struct Loop {
     pub count: u32,
     pub carried: Vec<Carry>,
     pub body: Vec<Stmt>,
+    /// A reverse sweep's loop: the iterations run last first, and the body recomputes its
+    /// iteration's values from the bookmarks ([`Stmt::Restore`]) before its adjoint rules.
+    /// Its `carried` is empty; the adjoints it updates that live outside it are
+    /// [`Loop::outer_adjoints`].
+    pub reverse: bool,
 }
 
 impl Loop {
     /// A comment for the reader of generated source: the iterations and the region.
     pub fn note(&self) -> String {
         format!(
-            "iterations {}..{} of %{}..%{} ({} nodes each)",
+            "iterations {}..{} of %{}..%{} ({} nodes each){}",
             self.first,
             self.first + self.count,
             self.region.start,
             self.region.end,
-            self.period
+            self.period,
+            if self.reverse { ", last first" } else { "" }
         )
+    }
+
+    /// The adjoints (name, lane) a reverse loop's body updates that are declared outside it
+    /// (the carried ones and those of values before the region), in order of first update:
+    /// what an SSA lowering passes round the loop.
+    pub fn outer_adjoints(&self) -> Vec<(Grad, Lane)> {
+        let mut local: Vec<(Grad, Lane)> = Vec::new();
+        let mut outer: Vec<(Grad, Lane)> = Vec::new();
+        let mut note = |g: Grad, lane: Lane, local: &[(Grad, Lane)]| {
+            if !local.contains(&(g, lane)) && !outer.contains(&(g, lane)) {
+                outer.push((g, lane));
+            }
+        };
+        for s in &self.body {
+            match s {
+                Stmt::DeclareAdjoints { grad, lanes } => {
+                    local.extend(lanes.iter().map(|&l| (*grad, l)))
+                }
+                Stmt::Adjoint(a) => {
+                    for g in a.to.iter().flatten() {
+                        note(*g, a.lane, &local);
+                    }
+                }
+                Stmt::MoveAdjoint { to, lane, .. } => note(*to, *lane, &local),
+                _ => {}
+            }
+        }
+        outer
     }
 }
 
@@ -259,10 +312,35 @@ pub enum Stmt {
         node: NodeId,
         slot: Option<u32>,
     },
-    /// Node's adjoints in `lanes`, declared and zero.
+    /// The adjoint `grad` in `lanes`, declared and zero.
     DeclareAdjoints {
-        node: NodeId,
+        grad: Grad,
         lanes: Vec<Lane>,
+    },
+    /// Adjoint `to` in `lane` takes the value of `from` (a reverse loop's iteration passing
+    /// the previous iteration's adjoints on; after the loop, the first iteration's to the
+    /// values it started from, whose adjoints are still zero there).
+    MoveAdjoint {
+        to: Grad,
+        from: Grad,
+        lane: Lane,
+    },
+    /// The path's bookmarks: `slots` values of the kernel's precision, per thread (a local
+    /// array on a GPU, the stack on the CPU), declared at the start of the path.
+    Bookmarks {
+        slots: u32,
+    },
+    /// In a forward [`Loop`]'s body: store `var` (a carried value, as the iteration starts
+    /// with it) in bookmark `at + (it - first)`.
+    Bookmark {
+        var: Var,
+        at: u32,
+    },
+    /// In a reverse [`Loop`]'s body: `Var::Copy(node) = opaque(bookmark at + (it - first))`,
+    /// the carried value of `node` the iteration started from in the forward sweep.
+    Restore {
+        node: NodeId,
+        at: u32,
     },
     /// Node's adjoint in `lane` is 1 (an output's own lane).
     Seed {
@@ -294,6 +372,8 @@ pub struct Schedule {
     pub strategy: Checkpoint,
     /// Scratch slots per path (the scratch strategy; 0 otherwise).
     pub scratch_slots: u32,
+    /// Bookmarks per path ([`Stmt::Bookmarks`]; 0 without reverse loops).
+    pub bookmarks: u32,
     /// Calls of the exponential family take their arguments through the opaque identity
     /// (`passes::opaque_math_arguments`, decided per target by the opacity plan's rule).
     pub opaque_math: bool,
@@ -465,7 +545,10 @@ impl Builder<'_> {
     fn declare_adjoints(&self, out: &mut Vec<Stmt>, v: NodeId) {
         let lanes: Vec<Lane> = (0..self.lanes).filter(|&o| self.in_lane(v, o)).collect();
         if !lanes.is_empty() {
-            out.push(Stmt::DeclareAdjoints { node: v, lanes });
+            out.push(Stmt::DeclareAdjoints {
+                grad: Grad::Of(v),
+                lanes,
+            });
         }
     }
 
@@ -489,7 +572,12 @@ impl Builder<'_> {
             return;
         };
         let args: Vec<NodeId> = node.args().collect();
-        let to = [0, 1].map(|i| args.get(i).copied().filter(|&a| self.active(a)));
+        let to = [0, 1].map(|i| {
+            args.get(i)
+                .copied()
+                .filter(|&a| self.active(a))
+                .map(Grad::Of)
+        });
         if to == [None, None] {
             return;
         }
@@ -838,20 +926,49 @@ impl Schedule {
             greek_stderr: opts.greek_stderr,
             ladder: v.ladder(),
         };
-        let checkpointed =
-            plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed());
-        let body = match (opts.mode, checkpointed) {
-            (Mode::Forward, _) => b.forward(&colouring),
-            (_, Some(plan)) => b.checkpointed(plan),
+        // A reverse sweep with loops: the plain schedule rerolled, where some iteration loops
+        // (it then needs no checkpoint plan: the loops' bookmarks take its place).
+        let regions = || crate::passes::reroll::reroll(v.tape(), LOOP_MIN_NODES);
+        let looped_reverse = (opts.loops && opts.mode == Mode::Reverse)
+            .then(|| loops::reroll_reverse(v.tape(), &regions(), b.plain()))
+            .flatten();
+        // Under a checkpoint plan, only where the loops keep no more values alive than the
+        // checkpointed sweep (a tape whose iterations mostly differ, the bucketed Asian's, keeps
+        // its straight-line rest alive through the whole reverse sweep otherwise).
+        let live = |body: &[Stmt]| {
+            let mut s = Schedule::empty(opts);
+            s.body = body.to_vec();
+            maxlive::max_live(&s, v.tape().len())
+        };
+        let bookmarks = |body: &[Stmt]| match body.first() {
+            Some(Stmt::Bookmarks { slots }) => *slots,
+            _ => 0,
+        };
+        let looped_reverse = looped_reverse.filter(|body| {
+            if bookmarks(body) > MAX_BOOKMARKS {
+                return false;
+            }
+            match plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed()) {
+                Some(p) => live(body) <= live(&b.checkpointed(p)),
+                None => true,
+            }
+        });
+        let checkpointed = plan.filter(|p| {
+            opts.mode == Mode::Reverse && p.segments.is_checkpointed() && looped_reverse.is_none()
+        });
+        let body = match (opts.mode, checkpointed, looped_reverse) {
+            (_, _, Some(body)) => body,
+            (Mode::Forward, ..) => b.forward(&colouring),
+            (_, Some(plan), _) => b.checkpointed(plan),
             _ => b.plain(),
         };
         // A straight-line price or forward sweep, rerolled where its iterations repeat.
-        let body = if opts.loops && checkpointed.is_none() && opts.mode != Mode::Reverse {
-            let regions = crate::passes::reroll::reroll(v.tape(), LOOP_MIN_NODES);
-            loops::reroll(v.tape(), &regions, body)
+        let body = if opts.loops && opts.mode != Mode::Reverse {
+            loops::reroll(v.tape(), &regions(), body)
         } else {
             body
         };
+        let bookmarks = bookmarks(&body);
         let sp = checkpointed.map(|p| &p.segments);
         Schedule {
             mode: opts.mode,
@@ -862,8 +979,24 @@ impl Schedule {
             scratch_slots: sp
                 .filter(|sp| sp.strategy == Checkpoint::Scratch)
                 .map_or(0, |sp| sp.scratch_slots.len() as u32),
+            bookmarks,
             opaque_math: opts.opaque_math,
             body,
+        }
+    }
+
+    /// A schedule of `opts` with no statements (what max_live of a candidate body reads).
+    fn empty(opts: ScheduleOptions) -> Schedule {
+        Schedule {
+            mode: opts.mode,
+            greek_stderr: opts.greek_stderr,
+            lanes: 1,
+            segments: 1,
+            strategy: Checkpoint::Off,
+            scratch_slots: 0,
+            bookmarks: 0,
+            opaque_math: opts.opaque_math,
+            body: Vec::new(),
         }
     }
 
@@ -992,10 +1125,11 @@ impl Schedule {
         self.opaque_math && f.is_none_or(|f| crate::passes::OPAQUE_MATH.contains(&f))
     }
 
-    /// Does the kernel call the opaque identity (it is checkpointed, or it passes some call's
-    /// arguments through it)?
+    /// Does the kernel call the opaque identity (it is checkpointed, restores bookmarks, or it
+    /// passes some call's arguments through it)?
     pub fn uses_opaque(&self) -> bool {
         self.is_checkpointed()
+            || self.bookmarks > 0
             || self.calls(None) && self.opaque_call(None)
             || crate::passes::OPAQUE_MATH
                 .iter()
@@ -1006,6 +1140,40 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reverse kernel loops under the default plan while its bookmarks fit
+    /// ([`MAX_BOOKMARKS`]: the Asian bookmarks its price each step), recomputes each step from
+    /// them, and past that keeps the checkpointed sweep.
+    #[test]
+    fn reverse_kernels_loop_while_their_bookmarks_fit() {
+        let reverse = |steps: u32| {
+            let v = crate::passes::fixtures::asian(steps);
+            let plan = crate::passes::plan(&v, &Default::default());
+            Schedule::build(&v, &plan, ScheduleOptions::looped(Mode::Reverse))
+        };
+        let fits = reverse(MAX_BOOKMARKS);
+        assert_eq!((fits.bookmarks, fits.segments), (MAX_BOOKMARKS, 1));
+        let loops: Vec<&Loop> = fits
+            .body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Loop(l) => Some(l),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(loops.len(), 2);
+        assert!(!loops[0].reverse && loops[1].reverse);
+        assert_eq!((loops[1].first, loops[1].count), (0, MAX_BOOKMARKS));
+        let restores = loops[1]
+            .body
+            .iter()
+            .filter(|s| matches!(s, Stmt::Restore { .. }))
+            .count();
+        assert_eq!(restores, 1);
+        let past = reverse(MAX_BOOKMARKS + 1);
+        assert_eq!(past.bookmarks, 0);
+        assert!(past.is_checkpointed());
+    }
 
     /// The corpus case `relative` runs every rule of relative tangents in forward mode (its
     /// Greeks equal reverse mode's and the f64 definition in the runtime's corpus tests), and

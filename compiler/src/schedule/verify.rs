@@ -9,9 +9,11 @@
 //! every adjoint a seed, a rule application or a leaf touches is declared (`DeclareAdjoints`)
 //! in a visible scope; a scratch slot is read only after its store, and lies within the
 //! kernel's slots; a re-keyed draw follows a `Rekey` in its scope; every draw's index is within
-//! the tape's draws; a leaf squares, and a non-finite count covers, only earlier leaves.
+//! the tape's draws; a leaf squares, and a non-finite count covers, only earlier leaves; a
+//! forward loop stores bookmarks and a reverse loop restores them, within the kernel's
+//! bookmarks, each restored only after a loop of the same iterations stored it.
 
-use super::{Def, Key, Leaf, Operand, Schedule, Stmt, Var};
+use super::{Def, Grad, Key, Leaf, Operand, Schedule, Stmt, Var};
 use crate::tape::NodeId;
 use crate::verify::Verified;
 use std::collections::HashSet;
@@ -30,7 +32,7 @@ pub struct ScheduleError {
 struct Scope {
     defined: HashSet<Var>,
     declared: HashSet<NodeId>,
-    adjoints: HashSet<(NodeId, usize)>,
+    adjoints: HashSet<(Grad, usize)>,
     rekeyed: bool,
 }
 
@@ -41,6 +43,10 @@ struct Checker<'a> {
     draws: u32,
     schedule: &'a Schedule,
     in_loop: bool,
+    /// The loop being checked: (first iteration, iterations, reverse).
+    current: Option<(u32, u32, bool)>,
+    /// The bookmarks stored so far: (first slot, first iteration, iterations).
+    bookmarked: HashSet<(u32, u32, u32)>,
 }
 
 impl Checker<'_> {
@@ -58,10 +64,8 @@ impl Checker<'_> {
         self.scopes.iter().any(|s| s.defined.contains(&v))
     }
 
-    fn has_adjoint(&self, node: NodeId, lane: usize) -> bool {
-        self.scopes
-            .iter()
-            .any(|s| s.adjoints.contains(&(node, lane)))
+    fn has_adjoint(&self, g: Grad, lane: usize) -> bool {
+        self.scopes.iter().any(|s| s.adjoints.contains(&(g, lane)))
     }
 
     fn read(&self, o: Operand, by: &str) -> Result<(), ScheduleError> {
@@ -73,13 +77,21 @@ impl Checker<'_> {
     }
 
     fn adjoint(&self, node: NodeId, lane: usize, by: &str) -> Result<(), ScheduleError> {
+        self.grad(Grad::Of(node), lane, by)
+    }
+
+    fn grad(&self, g: Grad, lane: usize, by: &str) -> Result<(), ScheduleError> {
+        let node = match g {
+            Grad::Of(n) => format!("{n}"),
+            Grad::Prev(n) => format!("the previous iteration's {n}"),
+        };
         if lane >= self.schedule.lanes {
             return self.fail(format!(
                 "{by} names lane {lane} of {node}, past the kernel's {} lanes",
                 self.schedule.lanes
             ));
         }
-        if !self.has_adjoint(node, lane) {
+        if !self.has_adjoint(g, lane) {
             return self.fail(format!(
                 "{by} touches the adjoint of {node} in lane {lane}, not declared in scope"
             ));
@@ -175,11 +187,53 @@ impl Checker<'_> {
                 }
                 self.top().defined.insert(Var::Copy(*node));
             }
-            Stmt::DeclareAdjoints { node, lanes } => {
-                for &l in lanes {
-                    self.top().adjoints.insert((*node, l));
-                    self.adjoint(*node, l, "a declaration")?;
+            Stmt::DeclareAdjoints { grad, lanes } => {
+                if matches!(grad, Grad::Prev(_)) && self.current.is_none_or(|c| !c.2) {
+                    return self.fail(format!("{grad:?} is declared outside a reverse loop"));
                 }
+                for &l in lanes {
+                    self.top().adjoints.insert((*grad, l));
+                    self.grad(*grad, l, "a declaration")?;
+                }
+            }
+            Stmt::MoveAdjoint { to, from, lane } => {
+                self.grad(*to, *lane, "a move")?;
+                self.grad(*from, *lane, "a move")?;
+            }
+            Stmt::Bookmarks { slots } => {
+                if *slots != self.schedule.bookmarks || !self.path.iter().all(|&i| i == 0) {
+                    return self.fail(format!(
+                        "{slots} bookmarks declared, not the kernel's {} at its start",
+                        self.schedule.bookmarks
+                    ));
+                }
+            }
+            Stmt::Bookmark { var, at } => {
+                let Some((first, count, false)) = self.current else {
+                    return self.fail(format!("a bookmark of {var:?} outside a forward loop"));
+                };
+                self.read(Operand::Var(*var), "a bookmark")?;
+                if at + count > self.schedule.bookmarks {
+                    return self.fail(format!(
+                        "bookmarks {at}..{} lie past the kernel's {}",
+                        at + count,
+                        self.schedule.bookmarks
+                    ));
+                }
+                self.bookmarked.insert((*at, first, count));
+            }
+            Stmt::Restore { node, at } => {
+                let Some((first, count, true)) = self.current else {
+                    return self.fail(format!("a restore of {node} outside a reverse loop"));
+                };
+                if !self.bookmarked.contains(&(*at, first, count)) {
+                    return self.fail(format!(
+                        "{node} is restored from bookmarks {at}.. that no loop of iterations \
+                         {first}..{} stored",
+                        first + count
+                    ));
+                }
+                self.top().defined.insert(Var::Copy(*node));
             }
             Stmt::Seed { node, lane } => self.adjoint(*node, *lane, "a seed")?,
             Stmt::Adjoint(a) => {
@@ -189,7 +243,7 @@ impl Checker<'_> {
                 }
                 self.adjoint(a.node, a.lane, &by)?;
                 for t in a.to.iter().flatten() {
-                    self.adjoint(*t, a.lane, &by)?;
+                    self.grad(*t, a.lane, &by)?;
                 }
             }
             Stmt::Tangent(t) => {
@@ -225,9 +279,14 @@ impl Checker<'_> {
                     self.read(c.init, "a carried value's start")?;
                     self.top().defined.insert(c.var);
                 }
+                if l.reverse && !l.carried.is_empty() {
+                    return self.fail("a reverse loop carries values".into());
+                }
                 self.scopes.push(Scope::default());
                 self.in_loop = true;
+                self.current = Some((l.first, l.count, l.reverse));
                 self.stmts(&l.body)?;
+                self.current = None;
                 for c in &l.carried {
                     self.read(c.next, "a carried value's update")?;
                 }
@@ -269,6 +328,8 @@ pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError>
         draws: tape.tape().n_draws,
         schedule,
         in_loop: false,
+        current: None,
+        bookmarked: HashSet::new(),
     };
     c.stmts(&schedule.body)
 }
