@@ -82,7 +82,7 @@ first() { # label, tape, run arguments...
   "$n" run "$t" --json "$@" >"$out/$label.json" 2>"$out/$label.err"
   local rc=$?
   s1=$(date +%s.%N)
-  echo "$label rc=$rc wall=$(echo "$s1 - $s0" | bc) s $(python3 -c 'import json, sys
+  echo "$label rc=$rc wall=$(python3 -c "print(round($s1 - $s0, 3))") s $(python3 -c 'import json, sys
 j = json.load(open(sys.argv[1]))
 t = j["timings"]
 o = next(iter(j["outputs"].values()))
@@ -95,5 +95,5 @@ for target in cuda opencl vulkan; do
 done
 s0=$(date +%s.%N)
 "$n" "$g/k/asian100k.bin" --target cuda -o /tmp/asian100k.cu >"$out/asian100k.txt" 2>&1
-echo "asian100k compile rc=$? wall=$(echo "$(date +%s.%N) - $s0" | bc) s $(stat -c %s /tmp/asian100k.cu 2>/dev/null) B" | tee -a "$out/first-runs.txt"
+echo "asian100k compile rc=$? wall=$(python3 -c "print(round($(date +%s.%N) - $s0, 3))") s $(stat -c %s /tmp/asian100k.cu 2>/dev/null) B" | tee -a "$out/first-runs.txt"
 first "asian100k-cuda-default" "$g/k/asian100k.bin" --target cuda --paths 1000000

@@ -835,6 +835,7 @@ fn reverse_loops_give_the_plain_kernels_bits() {
         let inputs: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
         for precision in [Precision::F32, Precision::F64] {
             let o = opts(Mode::Reverse, precision);
+            #[cfg_attr(not(feature = "llvm"), allow(unused_mut))]
             let mut kernels = vec![
                 emit_schedule(tape, &plain, &o).map(|k| (k.source, k.manifest)),
                 emit_schedule(tape, &rolled, &o).map(|k| (k.source, k.manifest)),
