@@ -4,10 +4,10 @@
 #
 #     bash scripts/python-tests.sh
 #
-# Creates $NABLAC_PY_VENV (default target/py-venv, ignored by git) with maturin, numpy, pytest
-# and pandas from PyPI, builds the extension with `maturin develop` in the dev profile (it
-# reuses the workspace's dev artifacts in target/, so after `cargo build --workspace` only the
-# extension crate and pyo3 compile), installs it into the environment and runs pytest. Idempotent:
+# Creates $NABLAC_PY_VENV (default target/py-venv, ignored by git) with maturin, numpy, pytest,
+# pandas and jax[cpu] (for nablac.from_jax's tests) from PyPI, builds the extension with
+# `maturin develop` in the dev profile (it reuses the workspace's dev artifacts in target/, so
+# after `cargo build --workspace` only the extension crate and pyo3 compile), installs it into the environment and runs pytest. Idempotent:
 # a second run reinstalls nothing it has and rebuilds only what changed. Quiet on success (pytest's
 # summary line); on a failure it prints the failing step's output and exits non-zero.
 # The CLI comparison test runs the binary at $NABLAC_BIN (default target/debug/nablac, built
@@ -33,8 +33,8 @@ if [ ! -x "$venv/bin/python" ]; then
   step "creating the virtual environment $venv" python3 -m venv "$venv"
 fi
 py=$venv/bin/python
-if [ ! -x "$venv/bin/maturin" ] || ! "$py" -c "import numpy, pytest, pandas" 2>/dev/null; then
-  step "pip install" "$py" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy pytest pandas
+if [ ! -x "$venv/bin/maturin" ] || ! "$py" -c "import numpy, pytest, pandas, jax" 2>/dev/null; then
+  step "pip install" "$py" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2" numpy pytest pandas "jax[cpu]"
 fi
 
 # The default (LLVM) CPU back end needs LLVM 14 and libPolly, as the binary does

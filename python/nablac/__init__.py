@@ -10,7 +10,7 @@ with every Greek.
     r.value, r.stderr, r.greeks["spot"]
 
 Tapes: :func:`record`, :func:`load`, :func:`parse`, :func:`product` (a built-in product),
-``Tape.save``. Kernels: :func:`compile`. Results: :func:`run`. Draws: :func:`draws`. Errors:
+:func:`from_jax` (a JAX function), ``Tape.save``. Kernels: :func:`compile`. Results: :func:`run`. Draws: :func:`draws`. Errors:
 :class:`Error` and its subclasses.
 """
 
@@ -29,6 +29,7 @@ from ._errors import (
 from ._nablac import Kernel, Tape, draws, load, parse
 from ._record import Recording, Value, ncdf, record, where
 from ._api import OutputResult, Result, compile, product, run
+from ._jax import from_jax
 
 from . import _nablac as _ext
 
@@ -58,6 +59,7 @@ __all__ = [
     "Value",
     "compile",
     "draws",
+    "from_jax",
     "load",
     "ncdf",
     "parse",

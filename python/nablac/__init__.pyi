@@ -184,6 +184,14 @@ def run(
     strict: bool = False,
     **options: Any,
 ) -> Result: ...
+def from_jax(fn: Callable[..., Any], *example_args: Any) -> Tape:
+    """The tape of a per-path JAX function: its scalar parameters become inputs named after
+    them (the example values their defaults), the elements of its one 1-D array parameter
+    normal draws 0..n-1; `jnp` arithmetic, exp/log/sqrt/tanh, comparisons, `jnp.where`,
+    `jnp.maximum`/`minimum` and `lax.scan` (recorded unrolled; the compiler rerolls the steps
+    into loops) are supported, any other primitive raises `UnsupportedError` naming it. A
+    scalar result is the output "price"."""
+    ...
 def draws(
     seed: int, paths: int, draws: int, kind: str = "normal", precision: str = "f64"
 ) -> npt.NDArray[np.float64]: ...
