@@ -514,7 +514,7 @@ pub(super) fn reroll_reverse(
     let mut straight = HashSet::new();
     loop {
         let out = build(tape, regions, &straight, &forward)
-            .and_then(|built| reverse(tape, regions, built, rev));
+            .and_then(|built| reverse(regions, built, rev));
         match out {
             Ok(out) => {
                 let loops = out.iter().any(|s| matches!(s, Stmt::Loop(_)));
@@ -584,7 +584,7 @@ fn reverse_form(r: &Region, i: u32, base: u32, raw: bool, stmts: &[Stmt]) -> Opt
 
 /// The reverse sweep `rev` of the plain schedule rerolled over the loops of `built` (its
 /// forward sweep and leaves, rerolled): see [`reroll_reverse`].
-fn reverse(tape: &Tape, regions: &[Region], built: Built, rev: &[Stmt]) -> Result<Vec<Stmt>, At> {
+fn reverse(regions: &[Region], built: Built, rev: &[Stmt]) -> Result<Vec<Stmt>, At> {
     let Built {
         mut stmts,
         after,
@@ -991,6 +991,5 @@ fn reverse(tape: &Tape, regions: &[Region], built: Built, rev: &[Stmt]) -> Resul
         }
     }
     out.extend(tail);
-    let _ = tape;
     Ok(out)
 }

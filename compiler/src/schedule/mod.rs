@@ -944,22 +944,21 @@ impl Schedule {
             Some(Stmt::Bookmarks { slots }) => *slots,
             _ => 0,
         };
+        // The checkpointed sweep, built once: the loops' rival, and the body where they lose.
+        let checkpointed =
+            plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed());
+        let checkpointed_body = checkpointed.map(|p| b.checkpointed(p));
         let looped_reverse = looped_reverse.filter(|body| {
-            if bookmarks(body) > MAX_BOOKMARKS {
-                return false;
-            }
-            match plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed()) {
-                Some(p) => live(body) <= live(&b.checkpointed(p)),
-                None => true,
-            }
+            bookmarks(body) <= MAX_BOOKMARKS
+                && checkpointed_body
+                    .as_ref()
+                    .is_none_or(|c| live(body) <= live(c))
         });
-        let checkpointed = plan.filter(|p| {
-            opts.mode == Mode::Reverse && p.segments.is_checkpointed() && looped_reverse.is_none()
-        });
-        let body = match (opts.mode, checkpointed, looped_reverse) {
-            (_, _, Some(body)) => body,
+        let checkpointed = checkpointed.filter(|_| looped_reverse.is_none());
+        let body = match (opts.mode, looped_reverse, checkpointed_body) {
+            (_, Some(body), _) => body,
             (Mode::Forward, ..) => b.forward(&colouring),
-            (_, Some(plan), _) => b.checkpointed(plan),
+            (_, None, Some(c)) => c,
             _ => b.plain(),
         };
         // A straight-line price or forward sweep, rerolled where its iterations repeat.
