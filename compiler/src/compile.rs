@@ -234,8 +234,8 @@ impl CompileOptions {
     /// Does a reverse kernel with these options loop? On a GPU target under the default plan
     /// (register checkpoints, the segments left to the planner): the loops' bookmarks replace
     /// the segments, and their recomputation is the checkpointed kernel's. Not on the CPU,
-    /// whose unrolled reverse kernel keeps every value and recomputes nothing (the loop's
-    /// recomputation costs it half again: cost::tests), nor where a plan is asked for
+    /// whose unrolled reverse kernel keeps every value and recomputes nothing (a loop would
+    /// recompute every step, its draw included), nor where a plan is asked for
     /// (segments, a segment length, scratch, none).
     pub fn reverse_loops(&self) -> bool {
         self.loops
