@@ -79,7 +79,8 @@ pub fn printed_nodes(tape: &Verified, opts: &CompileOptions) -> usize {
     if !opts.schedule_options().loops {
         return tape.len();
     }
-    let rolled: usize = crate::passes::reroll::reroll(tape, crate::schedule::LOOP_MIN_NODES)
+    let rolled: usize = tape
+        .regions()
         .iter()
         .map(|r| (r.period * (r.count - 1)) as usize)
         .sum();
@@ -370,6 +371,17 @@ pub(crate) fn check_ranges(opts: &CompileOptions) -> Result<(), CompileError> {
 /// Plans the verified tape `tape` and emits its kernel (see the module doc); with a ladder, the
 /// kernel of its laddered tape (`crate::ladder::expand`).
 pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    compile_scheduled(tape, opts, None)
+}
+
+/// [`compile`], from `schedule` where one is given: the schedule of `tape` (no ladder) under
+/// `opts` on a GPU target, built already (auto mode's choice, `cost::Choice::schedule`), so the
+/// kernel is not scheduled twice. Debug builds check that it is the one `compile` would build.
+pub fn compile_scheduled(
+    tape: &Verified,
+    opts: &CompileOptions,
+    schedule: Option<crate::schedule::Schedule>,
+) -> Result<Compiled, CompileError> {
     check_ranges(opts)?;
     let fused;
     let tape = match &opts.ladder {
@@ -423,9 +435,20 @@ pub fn compile(tape: &Verified, opts: &CompileOptions) -> Result<Compiled, Compi
         greek_stderr: opts.greek_stderr,
     };
     // (The CPU code ignores the checkpoint plan: Cranelift's and LLVM's allocators spill.)
-    let schedule = match opts.target {
+    let build = || match opts.target {
         Target::Cpu => crate::schedule::Schedule::plain(tape, opts.schedule_options()),
         _ => crate::schedule::Schedule::build(tape, &plan, opts.schedule_options()),
+    };
+    let schedule = match schedule {
+        Some(s) => {
+            assert!(
+                opts.target != Target::Cpu && opts.ladder.is_none(),
+                "a schedule built before compile is a GPU kernel's of the tape itself"
+            );
+            debug_assert!(s == build(), "the schedule given is the one compile builds");
+            s
+        }
+        None => build(),
     };
     #[cfg(debug_assertions)]
     crate::schedule::verify::verify(&schedule, tape)

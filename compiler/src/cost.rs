@@ -293,6 +293,11 @@ pub struct Choice {
     #[serde(skip)]
     pub options: CompileOptions,
     pub estimates: Vec<Estimate>,
+    /// The chosen kernel's schedule, built for its estimate, where the kernel compiles from it
+    /// (a GPU target and no ladder: the CPU code runs the plain schedule, a fused ladder another
+    /// tape's), so that `compile` does not build it twice ([`crate::compile::compile_scheduled`]).
+    #[serde(skip)]
+    pub schedule: Option<Schedule>,
 }
 
 /// The kernel `--mode auto` compiles for `tape` with `base`'s target, precision and the rest of
@@ -331,6 +336,16 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
         plain_plan = crate::passes::plan(tape, &plain);
         candidates.push(("reverse-plain", Mode::Reverse, plain, &plain_plan));
     }
+    let eligible = |e: &&Estimate| {
+        if model.fitted {
+            e.mode != Mode::Price
+        } else {
+            e.kernel == "reverse"
+        }
+    };
+    // The chosen schedule is kept for `compile` where it is the kernel's (see `Choice`).
+    let reuse = base.target != Target::Cpu && base.ladder.is_none();
+    let mut kept: Option<(&'static str, f64, Schedule)> = None;
     let mut estimates = Vec::new();
     for (kernel, mode, segments, plan) in candidates {
         // A kernel over the size budget is not a candidate (its schedule is not even built).
@@ -342,29 +357,27 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
             segments,
             ..base.clone()
         };
-        let (segments, work) = kernel_work(tape, plan, &opts);
+        let (segments, work, schedule) = kernel_work(tape, plan, &opts);
         let past_llvm = base.target == Target::Cpu
             && crate::compile::CpuBackend::fastest() == crate::compile::CpuBackend::Llvm
             && crate::compile::CpuBackend::fastest_for(
                 crate::compile::printed_nodes(tape, &opts),
                 crate::compile::per_path_sums(tape, mode, 1),
             ) == crate::compile::CpuBackend::Cranelift;
-        estimates.push(Estimate {
+        let e = Estimate {
             kernel,
             mode,
             segments,
             ns_per_path: model.ns_per_path(&work),
             work,
             past_llvm,
-        });
-    }
-    let eligible = |e: &&Estimate| {
-        if model.fitted {
-            e.mode != Mode::Price
-        } else {
-            e.kernel == "reverse"
+        };
+        // The cheapest eligible schedule so far (the first of equals, as `min_by` below).
+        if reuse && eligible(&&e) && kept.as_ref().is_none_or(|k| e.ns_per_path < k.1) {
+            kept = Some((kernel, e.ns_per_path, schedule));
         }
-    };
+        estimates.push(e);
+    }
     let all_past_llvm = estimates.iter().filter(eligible).all(|e| e.past_llvm);
     let best = estimates
         .iter()
@@ -387,11 +400,13 @@ pub fn choose(tape: &Verified, base: &CompileOptions) -> Result<Choice, CompileE
         },
         ..base.clone()
     };
+    let schedule = kept.filter(|k| k.0 == best.kernel).map(|k| k.2);
     Ok(Choice {
         model,
         kernel: best.kernel,
         options,
         estimates,
+        schedule,
     })
 }
 
@@ -459,7 +474,7 @@ pub fn fused_markets(
             varying: varying.clone(),
         };
         let t = crate::ladder::fuse(tape, &spec)?;
-        let (_, work) = kernel_work(&t, &crate::passes::plan(&t, &opts.segments), opts);
+        let (_, work, _) = kernel_work(&t, &crate::passes::plan(&t, &opts.segments), opts);
         let groups = count.max(1).div_ceil(m);
         let ns_per_path = f64::from(groups) * model.ns_per_path(&work);
         let compile_s = compile_seconds(opts.target, opts.cpu_backend, &work);
@@ -484,17 +499,20 @@ pub fn fused_markets(
     Ok((best.map_or(1, |e| e.markets), estimates))
 }
 
-/// The segment count and work of the kernel `opts` compiles `tape` to under `plan`.
-fn kernel_work(tape: &Verified, plan: &crate::plan::Plan, opts: &CompileOptions) -> (u32, Work) {
+/// The segment count and work of the kernel `opts` compiles `tape` to under `plan`, and the
+/// schedule they were read from.
+fn kernel_work(
+    tape: &Verified,
+    plan: &crate::plan::Plan,
+    opts: &CompileOptions,
+) -> (u32, Work, Schedule) {
     let schedule = Schedule::build(tape, plan, opts.schedule_options());
     let registers = match opts.target {
         Target::Cpu => u32::MAX,
         _ => registers(opts, plan, || max_live(&schedule, tape.len())),
     };
-    (
-        schedule.segments as u32,
-        Work::of(&schedule, tape.len(), registers),
-    )
+    let work = Work::of(&schedule, tape.len(), registers);
+    (schedule.segments as u32, work, schedule)
 }
 
 /// Registers a GPU thread of the kernel `opts` compiles to has for values: 255 (the most a CUDA

@@ -62,6 +62,9 @@ pub struct Request {
     pub loops: Option<bool>,
 }
 
+/// Most markets one run prices (a ladder's grid, from any front end): each is a report.
+pub const MAX_RUN_MARKETS: usize = 100_000;
+
 /// What a run adds to a request: the inputs its ladder varies, how many markets it prices and
 /// how many paths each, which choose the fused market count and the CPU back end.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -556,8 +559,10 @@ pub fn compile(
     run: Option<&Run>,
 ) -> Result<(Resolved, Compiled), DriverError> {
     check(req)?;
-    let r = options(tape, req, run)?;
-    let k = crate::compile::compile(tape, &r.options)?;
+    let mut r = options(tape, req, run)?;
+    // Auto mode's choice was scheduled for its estimate: compiled from that schedule.
+    let schedule = r.choice.as_mut().and_then(|c| c.schedule.take());
+    let k = crate::compile::compile_scheduled(tape, &r.options, schedule)?;
     Ok((r, k))
 }
 

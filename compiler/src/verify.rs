@@ -35,9 +35,31 @@ pub struct Verified {
     /// The ladder a laddered tape was expanded under (`crate::ladder::expand`); `None` for a
     /// one-market tape.
     ladder: Option<Box<crate::ladder::Ladder>>,
+    /// The tape's loop regions, found on first use ([`Verified::regions`]).
+    regions: RegionCache,
+}
+
+/// A cache of a fact derived from the tape: not part of the value (two tapes compare equal
+/// whether or not either has computed it).
+#[derive(Clone, Default, Debug)]
+struct RegionCache(std::sync::OnceLock<Vec<passes::reroll::Region>>);
+
+impl PartialEq for RegionCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Verified {
+    /// The tape's loop regions of at least `schedule::LOOP_MIN_NODES` nodes
+    /// ([`passes::reroll::reroll`]), found once: every schedule built of this tape (auto mode's
+    /// candidates, the kernel) and the size rules read the same regions.
+    pub fn regions(&self) -> &[passes::reroll::Region] {
+        self.regions
+            .0
+            .get_or_init(|| passes::reroll::reroll(&self.tape, crate::schedule::LOOP_MIN_NODES))
+    }
+
     /// The tape.
     pub fn tape(&self) -> &Tape {
         &self.tape
@@ -507,6 +529,7 @@ pub fn verify(tape: Tape) -> Result<Verified, VerifyError> {
         tape,
         info,
         ladder: None,
+        regions: RegionCache::default(),
     })
 }
 

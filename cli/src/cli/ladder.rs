@@ -6,8 +6,8 @@ use nablac::emit::Manifest;
 use nablac_runtime::Report;
 use plotters::prelude::*;
 
-/// Most markets one `nablac run` takes (a grid's product): each is a report to print.
-pub const MAX_LADDER_MARKETS: usize = 100_000;
+/// Most markets one `nablac run` takes (a grid's product): the driver's limit.
+pub use nablac::driver::MAX_RUN_MARKETS as MAX_LADDER_MARKETS;
 
 /// One `--ladder NAME=FROM:TO:COUNT`: COUNT values of NAME evenly from FROM to TO (both
 /// included; COUNT 1 only where FROM = TO: one market cannot span a range).

@@ -238,10 +238,12 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
             markets: count as u32,
             paths: args.paths,
         };
-        let o = nablac::driver::options(&tape, &req, Some(&shape))
+        let mut resolved = nablac::driver::options(&tape, &req, Some(&shape))
             .map_err(super::honour::spelled)
-            .with_context(|| format!("cannot compile {name}"))?
-            .options;
+            .with_context(|| format!("cannot compile {name}"))?;
+        // Auto mode's choice was scheduled for its estimate: compiled from that schedule.
+        let schedule = resolved.choice.as_mut().and_then(|c| c.schedule.take());
+        let o = resolved.options;
         let what = format!(
             "compiling {name} for {} ({} nodes{})",
             target.name(),
@@ -250,9 +252,11 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
                 .as_ref()
                 .map_or(String::new(), |l| format!(", {} markets fused", l.markets))
         );
-        let k = super::spinner::during(&what, || nablac::compile::compile(&tape, &o))
-            .map_err(super::honour::spelled)
-            .with_context(|| format!("cannot compile {name}"))?;
+        let k = super::spinner::during(&what, || {
+            nablac::compile::compile_scheduled(&tape, &o, schedule)
+        })
+        .map_err(super::honour::spelled)
+        .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
         let mpath = match &args.manifest {

@@ -273,9 +273,9 @@ struct Values {
     lanes: usize,
     /// The loops' carried values and a reverse loop's restored copies where the code now
     /// stands.
-    carried: std::collections::HashMap<Var, Value>,
+    carried: rustc_hash::FxHashMap<Var, Value>,
     /// A reverse loop's previous-iteration adjoints (`Grad::Prev`; absent: still +0.0).
-    prev: std::collections::HashMap<(NodeId, usize), Value>,
+    prev: rustc_hash::FxHashMap<(NodeId, usize), Value>,
 }
 
 impl Values {

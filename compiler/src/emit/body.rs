@@ -13,7 +13,7 @@ use super::ScratchLayout;
 use crate::ops::{Acc, Arith, Cond, Expr, Factor, Fun, Step};
 use crate::schedule::{self, Adjoint, Def, Grad, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
 use crate::tape::{DrawKind, NodeId, Tape};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Everything the printer reads.
 pub(super) struct Body<'a> {

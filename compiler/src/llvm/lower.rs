@@ -77,9 +77,9 @@ struct Values<'ctx> {
     lanes: usize,
     /// The loops' carried values and a reverse loop's restored copies where the code now
     /// stands.
-    carried: std::collections::HashMap<Var, Vv<'ctx>>,
+    carried: rustc_hash::FxHashMap<Var, Vv<'ctx>>,
     /// A reverse loop's previous-iteration adjoints (`Grad::Prev`; absent: still +0.0).
-    prev: std::collections::HashMap<(NodeId, usize), Vv<'ctx>>,
+    prev: rustc_hash::FxHashMap<(NodeId, usize), Vv<'ctx>>,
 }
 
 fn missing(what: &str) -> BuilderError {

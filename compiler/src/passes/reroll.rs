@@ -276,7 +276,7 @@ fn grow(tape: &Tape, s: u32, p: u32) -> Option<Region> {
     }
     // One carried value per body node: every read of it starts from the same node (else the
     // loop starts an iteration later).
-    let mut init_of = std::collections::HashMap::new();
+    let mut init_of = rustc_hash::FxHashMap::default();
     for a in body.iter().flat_map(|b| &b.args) {
         if let Arg::Carried { from, init } = a {
             if *init_of.entry(*from).or_insert(*init) != *init {
@@ -291,11 +291,12 @@ fn grow(tape: &Tape, s: u32, p: u32) -> Option<Region> {
         body,
         exits: Vec::new(),
     };
+    // Each further iteration is checked whole before the region takes it (no copy of the
+    // body per iteration: a 100,000-step tape grows here once per candidate period).
     'iterations: while r.end() + p <= n {
-        let i = r.count;
-        let mut next = r.body.clone();
-        for (j, b) in next.iter_mut().enumerate() {
-            let got = node(r.end() + j as u32);
+        let (i, end) = (r.count, r.end());
+        for (j, b) in r.body.iter().enumerate() {
+            let got = node(end + j as u32);
             let same_shape = match (b.shape, got) {
                 (Shape::Leaf(x), g) => x == g,
                 (
@@ -315,27 +316,31 @@ fn grow(tape: &Tape, s: u32, p: u32) -> Option<Region> {
             if !same_shape {
                 break 'iterations;
             }
-            for (a, g) in b.args.iter_mut().zip(got.args()) {
+            for (a, g) in b.args.iter().zip(got.args()) {
                 let ok = match a {
                     Arg::Local(l) => g == r.id(i, *l),
                     Arg::Carried { from, .. } => g == r.id(i - 1, *from),
-                    Arg::Outer(x) if g == *x => true,
-                    Arg::Outer(x) if g.0 < s => {
-                        *a = Arg::Indexed(vec![*x; i as usize].into_iter().chain([g]).collect());
-                        true
-                    }
-                    Arg::Indexed(xs) if g.0 < s => {
-                        xs.push(g);
-                        true
-                    }
-                    _ => false,
+                    // A node before the region: the same one, or one per iteration.
+                    Arg::Outer(x) => g == *x || g.0 < s,
+                    Arg::Indexed(_) => g.0 < s,
                 };
                 if !ok {
                     break 'iterations;
                 }
             }
         }
-        r.body = next;
+        for (j, b) in r.body.iter_mut().enumerate() {
+            let got = node(end + j as u32);
+            for (a, g) in b.args.iter_mut().zip(got.args()) {
+                match a {
+                    Arg::Outer(x) if g != *x => {
+                        *a = Arg::Indexed(vec![*x; i as usize].into_iter().chain([g]).collect());
+                    }
+                    Arg::Indexed(xs) => xs.push(g),
+                    _ => {}
+                }
+            }
+        }
         r.count += 1;
     }
     Some(r)

@@ -8,7 +8,7 @@
 use super::{Loop, Operand, Stmt, Tangent, Var};
 use crate::ops::{Acc, Arith, Expr, Factor, Step};
 use crate::tape::NodeId;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Forward mode's product tangents that their only reader adds: a definition whose sum is one
 /// product (`t = x * y`, e.g. `vol`'s tangent of `vol * z`) read once, as a plain term of a
@@ -25,13 +25,13 @@ pub fn fused_products(body: &[Stmt]) -> HashMap<Var, Tangent> {
 
 /// [`fused_products`] with the node of each product's reader.
 pub(super) fn fused_pairs(body: &[Stmt]) -> HashMap<Var, (Tangent, NodeId)> {
-    let mut reads: HashMap<Var, usize> = HashMap::new();
+    let mut reads: HashMap<Var, usize> = HashMap::default();
     count_reads(body, &mut |x| {
         if let Operand::Var(v @ Var::Tangent(..)) = x {
             *reads.entry(v).or_default() += 1;
         }
     });
-    let mut fused = HashMap::new();
+    let mut fused = HashMap::default();
     fuse_list(body, &reads, &mut fused);
     fused
 }
@@ -63,7 +63,7 @@ fn fuse_list(
     reads: &HashMap<Var, usize>,
     fused: &mut HashMap<Var, (Tangent, NodeId)>,
 ) {
-    let mut products: HashMap<Var, Tangent> = HashMap::new();
+    let mut products: HashMap<Var, Tangent> = HashMap::default();
     for s in stmts {
         let t = match s {
             Stmt::Tangent(t) => t,

@@ -20,12 +20,13 @@
 use super::{fused::fused_pairs, Carry, Def, Grad, Loop, Operand, Stmt, Var};
 use crate::passes::reroll::{Region, Shape};
 use crate::tape::{NodeId, Tape};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeSet;
 
 /// `stmts` (a price or forward schedule's straight-line statements) with `regions` rerolled
 /// (module doc).
 pub(super) fn reroll(tape: &Tape, regions: &[Region], stmts: Vec<Stmt>) -> Vec<Stmt> {
-    let mut straight = HashSet::new();
+    let mut straight = HashSet::default();
     loop {
         match build(tape, regions, &straight, &stmts) {
             Ok(out) => return out.stmts,
@@ -190,7 +191,7 @@ impl Iterations<'_> {
         if form.len() != template.len() {
             return None;
         }
-        let mut inits: HashMap<Var, Operand> = HashMap::new();
+        let mut inits: HashMap<Var, Operand> = HashMap::default();
         for ((f, t), c) in form.iter().zip(template).zip(self.of(i)) {
             let mut f = f.clone();
             let concrete = slots(c);
@@ -299,7 +300,7 @@ fn build(
         (r, place(&regions[r], v).expect("in its region").0)
     };
     // The last statement that reads each variable, by its node (the leaves read last).
-    let mut last_read: HashMap<Var, u32> = HashMap::new();
+    let mut last_read: HashMap<Var, u32> = HashMap::default();
     for s in stmts {
         let at = defined(s).map_or(u32::MAX, |v| v.0);
         for v in reads(s) {
@@ -311,7 +312,7 @@ fn build(
     let fused: HashSet<Var> = pairs.keys().copied().collect();
     // Per node: (loop number, iteration) where it is printed inside a loop.
     let mut looped: Vec<Option<(usize, u32)>> = vec![None; tape.len()];
-    let mut after: HashMap<Var, Var> = HashMap::new();
+    let mut after: HashMap<Var, Var> = HashMap::default();
     let rename = |after: &HashMap<Var, Var>,
                   looped: &[Option<(usize, u32)>],
                   x: Operand|
@@ -511,7 +512,7 @@ pub(super) fn reroll_reverse(
     let mut forward = plain[..split].to_vec();
     forward.extend_from_slice(&plain[tail_at..]);
     let rev = &plain[split..tail_at];
-    let mut straight = HashSet::new();
+    let mut straight = HashSet::default();
     loop {
         let out = build(tape, regions, &straight, &forward)
             .and_then(|built| reverse(regions, built, rev));
@@ -869,7 +870,7 @@ fn reverse(regions: &[Region], built: Built, rev: &[Stmt]) -> Result<Vec<Stmt>, 
     let mut slots = 0u32;
     let mut at_of: Vec<HashMap<NodeId, u32>> = Vec::new();
     for ((_, l), rv) in loops.iter().zip(&reversed) {
-        let mut at = HashMap::new();
+        let mut at = HashMap::default();
         for &b in rv.iter().flat_map(|rv| &rv.restored) {
             at.insert(b, slots);
             slots += l.count;
@@ -904,7 +905,7 @@ fn reverse(regions: &[Region], built: Built, rev: &[Stmt]) -> Result<Vec<Stmt>, 
     // iteration's rules stood.
     let mut out = vec![Stmt::Bookmarks { slots }];
     out.extend(stmts);
-    let mut touched: HashSet<(NodeId, usize)> = HashSet::new();
+    let mut touched: HashSet<(NodeId, usize)> = HashSet::default();
     let mut declared_loop = vec![false; loops.len()];
     let mut emitted = vec![false; loops.len()];
     for s in rev {

@@ -26,7 +26,7 @@ use super::{Def, Operand, Schedule, ScheduleOptions, Stmt, Var};
 use crate::emit::manifest::Mode;
 use crate::plan::Plan;
 use crate::verify::Verified;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// A run of the schedule: the lifetime of every value and the position of every step.
 struct Sim {
@@ -242,8 +242,8 @@ fn simulate_with(schedule: &Schedule, nodes: usize, adjoints: bool) -> Sim {
     let mut sim = Sim {
         values: Vec::new(),
         pos: Vec::new(),
-        current: HashMap::new(),
-        adjoints: adjoints.then(HashMap::new),
+        current: HashMap::default(),
+        adjoints: adjoints.then(HashMap::default),
         accesses: Vec::new(),
     };
     let last = nodes.saturating_sub(1) as u32;
@@ -297,7 +297,7 @@ fn fewest_spills(acc: &[(usize, usize, bool)], registers: u32) -> u64 {
     use std::collections::BinaryHeap;
     // For each access, the index of the same value's next access (usize::MAX: none).
     let mut next = vec![usize::MAX; acc.len()];
-    let mut seen: HashMap<usize, usize> = HashMap::new();
+    let mut seen: HashMap<usize, usize> = HashMap::default();
     for i in (0..acc.len()).rev() {
         if let Some(&j) = seen.get(&acc[i].1) {
             next[i] = j;
@@ -307,9 +307,9 @@ fn fewest_spills(acc: &[(usize, usize, bool)], registers: u32) -> u64 {
     let cap = registers.max(1) as usize;
     // Held values: value -> (its next access, dirty); a max-heap of (next access, value) with
     // stale entries skipped.
-    let mut held: HashMap<usize, (usize, bool)> = HashMap::new();
+    let mut held: HashMap<usize, (usize, bool)> = HashMap::default();
     let mut heap: BinaryHeap<(usize, usize)> = BinaryHeap::new();
-    let mut spilled: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let mut spilled: rustc_hash::FxHashSet<usize> = rustc_hash::FxHashSet::default();
     let mut traffic = 0u64;
     for (i, &(_, v, writes)) in acc.iter().enumerate() {
         let dirty = match held.get(&v) {

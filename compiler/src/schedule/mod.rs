@@ -928,9 +928,9 @@ impl Schedule {
         };
         // A reverse sweep with loops: the plain schedule rerolled, where some iteration loops
         // (it then needs no checkpoint plan: the loops' bookmarks take its place).
-        let regions = || crate::passes::reroll::reroll(v.tape(), LOOP_MIN_NODES);
+        let regions = || v.regions();
         let looped_reverse = (opts.loops && opts.mode == Mode::Reverse)
-            .then(|| loops::reroll_reverse(v.tape(), &regions(), b.plain()))
+            .then(|| loops::reroll_reverse(v.tape(), regions(), b.plain()))
             .flatten();
         // Under a checkpoint plan, only where the loops keep no more values alive than the
         // checkpointed sweep (a tape whose iterations mostly differ, the bucketed Asian's, keeps
@@ -963,7 +963,7 @@ impl Schedule {
         };
         // A straight-line price or forward sweep, rerolled where its iterations repeat.
         let body = if opts.loops && opts.mode != Mode::Reverse {
-            loops::reroll(v.tape(), &regions(), body)
+            loops::reroll(v.tape(), regions(), body)
         } else {
             body
         };

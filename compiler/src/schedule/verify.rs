@@ -16,7 +16,7 @@
 use super::{Def, Grad, Key, Leaf, Operand, Schedule, Stmt, Var};
 use crate::tape::NodeId;
 use crate::verify::Verified;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// The first rule a schedule breaks, and where (the path of block indices to the statement).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -323,13 +323,13 @@ impl Checker<'_> {
 pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError> {
     let mut c = Checker {
         scopes: vec![Scope::default()],
-        stored: HashSet::new(),
+        stored: HashSet::default(),
         path: Vec::new(),
         draws: tape.tape().n_draws,
         schedule,
         in_loop: false,
         current: None,
-        bookmarked: HashSet::new(),
+        bookmarked: HashSet::default(),
     };
     c.stmts(&schedule.body)
 }
