@@ -10,7 +10,9 @@ with every Greek.
     r.value, r.stderr, r.greeks["spot"]
 
 Tapes: :func:`record`, :func:`load`, :func:`parse`, :func:`product` (a built-in product),
-:func:`from_jax` (a JAX function), ``Tape.save``. Kernels: :func:`compile`. Results: :func:`run`. Draws: :func:`draws`. Errors:
+:func:`from_jax` (a JAX function), ``Tape.save``. Kernels: :func:`compile`. Results: :func:`run`
+(a market value given as an array runs a fused ladder). Draws: :func:`draws`. From inside JAX:
+``nablac.jax.price_and_greeks``, ``nablac.jax.price`` (imported with JAX on first use). Errors:
 :class:`Error` and its subclasses.
 """
 
@@ -38,6 +40,16 @@ OPTIONS = tuple(_ext.OPTIONS)
 del _ext
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ``nablac.jax`` (a kernel called from JAX) imports JAX: only when it is first used.
+    if name == "jax":
+        import importlib
+
+        return importlib.import_module(".jax", __name__)
+    raise AttributeError("module 'nablac' has no attribute %r" % name)
+
 
 __all__ = [
     "BranchError",

@@ -113,12 +113,13 @@ class Recording:
     def __len__(self) -> int: ...
 
 class OutputResult:
+    """One output's results; over a ladder each number is a numpy array of the grid's shape."""
     name: str
-    value: float
-    stderr: float
-    greeks: Dict[str, float]
-    greek_stderr: Optional[Dict[str, float]]
-    non_finite: int
+    value: Any
+    stderr: Any
+    greeks: Dict[str, Any]
+    greek_stderr: Optional[Dict[str, Any]]
+    non_finite: Any
     def to_dict(self) -> Dict[str, Any]: ...
 
 class Result:
@@ -133,7 +134,13 @@ class Result:
     tape_hash: str
     kernel_hash: str
     cache_hit: Optional[bool]
-    market: Dict[str, float]
+    market: Dict[str, Any]
+    #: A ladder's grid shape (None for one market).
+    shape: Optional[Tuple[int, ...]]
+    #: A ladder's inputs' values in every market (arrays of `shape`); None for one market.
+    markets: Optional[Dict[str, Any]]
+    #: Markets per launch of the kernel.
+    fused_markets: int
     timings: Dict[str, float]
     def __getitem__(self, name: str) -> OutputResult: ...
     @property
@@ -179,7 +186,7 @@ def run(
     target: Optional[str] = None,
     mode: Optional[str] = None,
     precision: Optional[str] = None,
-    market: Optional[Mapping[str, float]] = None,
+    market: Optional[Mapping[str, Any]] = None,
     threads: Optional[int] = None,
     strict: bool = False,
     **options: Any,

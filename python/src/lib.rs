@@ -10,7 +10,7 @@
 //! defined in Python so that a class can also be a `ValueError` or an `OSError`).
 
 use nablac::compile::CpuBackend;
-use nablac::driver::{DriverError, Opt, Request};
+use nablac::driver::{DriverError, Opt, Request, MAX_RUN_MARKETS};
 use nablac::emit::{Manifest, Mode, Precision, ScratchLayout, Target};
 use nablac::plan::Checkpoint;
 use nablac::record::{Recorder as RustRecorder, Var};
@@ -637,10 +637,17 @@ fn compile(
 /// What a run reports, before it becomes a dict.
 struct Ran {
     manifest: Manifest,
-    report: Report,
+    /// One report per market (the first is the run's own without a ladder).
+    reports: Vec<Report>,
     device: String,
     cache_hit: Option<bool>,
+    /// The market every row of a ladder starts from (defaults, then `market`).
     market: Vec<f64>,
+    /// A ladder's inputs and every market's input values (empty without one).
+    laddered: Vec<String>,
+    markets: Vec<Vec<f64>>,
+    /// Markets fused into one launch of the kernel.
+    fused: usize,
     compile: f64,
     load: f64,
     run: f64,
@@ -653,7 +660,7 @@ struct Ran {
 /// Runs a kernel (or compiles a tape and runs it), as `nablac run` does.
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (what, paths, seed, target = None, mode = None, precision = None, market = None, threads = None, options = None))]
+#[pyo3(signature = (what, paths, seed, target = None, mode = None, precision = None, market = None, threads = None, options = None, ladder = None))]
 fn run<'py>(
     py: Python<'py>,
     what: &Bound<'py, PyAny>,
@@ -665,6 +672,7 @@ fn run<'py>(
     market: Option<Vec<(String, f64)>>,
     threads: Option<usize>,
     options: Option<&Bound<'py, PyDict>>,
+    ladder: Option<(Vec<String>, Vec<Vec<f64>>)>,
 ) -> PyResult<Bound<'py, PyDict>> {
     if paths == 0 || paths > i64::MAX as u64 {
         return Err(
@@ -711,6 +719,26 @@ fn run<'py>(
         .into());
     }
     let market = market.unwrap_or_default();
+    // A ladder: the inputs it varies and one row of their values per market.
+    let (laddered, rows) = ladder.unwrap_or_default();
+    if let Some(r) = rows.iter().find(|r| r.len() != laddered.len()) {
+        return Err(Fail::Option(format!(
+            "ladder: a market of {} values for {} laddered inputs",
+            r.len(),
+            laddered.len()
+        ))
+        .into());
+    }
+    if !laddered.is_empty() && rows.is_empty() {
+        return Err(Fail::Option("ladder: no markets to price".into()).into());
+    }
+    if rows.len() > MAX_RUN_MARKETS {
+        return Err(Fail::Option(format!(
+            "ladder: {} markets; at most {MAX_RUN_MARKETS} in one run",
+            rows.len()
+        ))
+        .into());
+    }
     let ran = py.detach(move || -> Res<Ran> {
         let started = Instant::now();
         let (source, manifest) = match what {
@@ -718,8 +746,8 @@ fn run<'py>(
                 nablac::driver::check(&req).map_err(spelled)?;
                 let v = verified(tape)?;
                 let shape = nablac::driver::Run {
-                    laddered: Vec::new(),
-                    markets: 1,
+                    laddered: laddered.clone(),
+                    markets: rows.len().max(1) as u32,
                     paths,
                 };
                 let (_, k) = nablac::driver::compile(&v, &req, Some(&shape)).map_err(spelled)?;
@@ -741,6 +769,30 @@ fn run<'py>(
             };
             values[i] = *value;
         }
+        // Every market: the run's market with the laddered inputs set from its row.
+        let mut at = Vec::with_capacity(laddered.len());
+        for name in &laddered {
+            let Some(i) = manifest.inputs.iter().position(|n| n == name) else {
+                return Err(Fail::Option(format!(
+                    "market {name}=[...]: the tape has no input {name} (inputs: {})",
+                    manifest.inputs.join(", ")
+                )));
+            };
+            at.push(i);
+        }
+        let markets: Vec<Vec<f64>> = if laddered.is_empty() {
+            vec![values.clone()]
+        } else {
+            rows.iter()
+                .map(|row| {
+                    let mut m = values.clone();
+                    for (&i, &v) in at.iter().zip(row) {
+                        m[i] = v;
+                    }
+                    m
+                })
+                .collect()
+        };
         let t = manifest.target;
         let backend = Backend::open(t)
             .map_err(|e| Fail::Run(format!("cannot open the {} backend: {e}", t.name())))?;
@@ -758,20 +810,27 @@ fn run<'py>(
         };
         let before = kernel.timings();
         let run_started = Instant::now();
-        let mut reports = backend
-            .run(&kernel, std::slice::from_ref(&values), paths, seed, &opts)
+        let reports = backend
+            .run(&kernel, &markets, paths, seed, &opts)
             .map_err(|e| Fail::Run(format!("the run failed: {e}")))?;
         let run = run_started.elapsed().as_secs_f64();
         let after = kernel.timings();
-        let report = reports
-            .pop()
-            .ok_or_else(|| Fail::Run("the run gave no report".into()))?;
+        if reports.len() != markets.len() {
+            return Err(Fail::Run(format!(
+                "the run gave {} reports for {} markets",
+                reports.len(),
+                markets.len()
+            )));
+        }
         Ok(Ran {
             device: backend.describe_with(&kernel),
             cache_hit: kernel.cache_hit(),
+            fused: manifest.fused_markets(),
             manifest,
-            report,
+            reports,
             market: values,
+            laddered,
+            markets,
             compile,
             load,
             run,
@@ -802,8 +861,39 @@ fn ran_dict<'py>(py: Python<'py>, r: &Ran, paths: u64, seed: u64) -> PyResult<Bo
     d.set_item("tape_hash", &m.tape_hash)?;
     d.set_item("kernel_hash", &m.fingerprint)?;
     d.set_item("cache_hit", r.cache_hit)?;
+    d.set_item("outputs", outputs_list(py, m, &r.reports[0])?)?;
+    if !r.laddered.is_empty() {
+        let l = PyDict::new(py);
+        l.set_item("inputs", &r.laddered)?;
+        l.set_item("markets", &r.markets)?;
+        l.set_item("fused", r.fused)?;
+        let per = PyList::empty(py);
+        for report in &r.reports {
+            per.append(outputs_list(py, m, report)?)?;
+        }
+        l.set_item("outputs", per)?;
+        d.set_item("ladder", l)?;
+    }
+    let t = PyDict::new(py);
+    t.set_item("compile", r.compile)?;
+    t.set_item("load", r.load)?;
+    t.set_item("run", r.run)?;
+    t.set_item("device", r.device_s)?;
+    t.set_item("assembly", r.assembly)?;
+    t.set_item("transfer", r.transfer)?;
+    t.set_item("allocation", r.allocation)?;
+    d.set_item("timings", t)?;
+    Ok(d)
+}
+
+/// A report's outputs as a list of dicts (name, value, stderr, non_finite, greeks, greek_stderr).
+fn outputs_list<'py>(
+    py: Python<'py>,
+    m: &Manifest,
+    report: &Report,
+) -> PyResult<Bound<'py, PyList>> {
     let outputs = PyList::empty(py);
-    for o in &r.report.outputs {
+    for o in &report.outputs {
         let od = PyDict::new(py);
         od.set_item("name", &o.name)?;
         od.set_item("value", o.value)?;
@@ -825,17 +915,7 @@ fn ran_dict<'py>(py: Python<'py>, r: &Ran, paths: u64, seed: u64) -> PyResult<Bo
         }
         outputs.append(od)?;
     }
-    d.set_item("outputs", outputs)?;
-    let t = PyDict::new(py);
-    t.set_item("compile", r.compile)?;
-    t.set_item("load", r.load)?;
-    t.set_item("run", r.run)?;
-    t.set_item("device", r.device_s)?;
-    t.set_item("assembly", r.assembly)?;
-    t.set_item("transfer", r.transfer)?;
-    t.set_item("allocation", r.allocation)?;
-    d.set_item("timings", t)?;
-    Ok(d)
+    Ok(outputs)
 }
 
 /// The most draws `draws` returns in one array (2 GiB of f64).
@@ -933,6 +1013,7 @@ fn _nablac(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(draws, m)?)?;
     m.add_function(wrap_pyfunction!(product, m)?)?;
     m.add("OPTIONS", option_names())?;
+    m.add("MAX_RUN_MARKETS", MAX_RUN_MARKETS)?;
     m.add("CPU_BACKEND", nablac::compile::CpuBackend::fastest().name())?;
     Ok(())
 }

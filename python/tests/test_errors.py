@@ -152,8 +152,16 @@ def test_bad_run_arguments():
         nablac.run(t, target="cuda", threads=2)
     with pytest.raises(nablac.OptionError, match="the tape has no input rho"):
         nablac.run(t, market={"rho": 0.5})
-    with pytest.raises(nablac.OptionError, match="ladder"):
-        nablac.run(t, market={"spot": np.array([90.0, 100.0])})
+    with pytest.raises(nablac.OptionError, match="1-D array .* not one of shape \\(2, 1\\)"):
+        nablac.run(t, market={"spot": np.array([[90.0], [100.0]])})
+    with pytest.raises(nablac.OptionError, match="at least one number"):
+        nablac.run(t, market={"spot": []})
+    with pytest.raises(nablac.OptionError, match="non-finite"):
+        nablac.run(t, market={"spot": [90.0, np.nan]})
+    with pytest.raises(nablac.OptionError, match="the tape has no input rho"):
+        nablac.run(t, market={"rho": [0.1, 0.2]})
+    with pytest.raises(nablac.OptionError, match="at most 100000"):
+        nablac.run(t, market={"spot": np.ones(1000), "strike": np.ones(1000)})
     with pytest.raises(nablac.OptionError):
         nablac.run(t, market={"spot": "high"})
     with pytest.raises(nablac.OptionError):
