@@ -12,6 +12,8 @@
 #
 # --prepare also writes .lp2/k/summary.txt: source bytes, NVRTC and ptxas seconds, registers
 # and spills of every kernel (this machine). Logs go to $OUT (default /tmp/nablac-lp).
+# FIRST_ONLY=1, both here (--prepare) and there: part 2 alone, no kernels or cubins prepared, and
+# .lp2.tar.xz carries glslang and the Vulkan debs itself (no .gpu.tar.xz needed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 g=.lp2
@@ -28,6 +30,17 @@ if [[ "${1:-}" == --prepare ]]; then
   python3 scripts/bucketed-asian.py --steps 252 --buckets 52 >"$g/k/buckets52.ntape"
   $n record asian --steps 10000 -o "$g/k/asian10k.bin" >/dev/null
   $n record asian --steps 100000 -o "$g/k/asian100k.bin" >/dev/null
+  strip -o "$g/nablac" "$n"
+  if [[ "${FIRST_ONLY:-0}" == 1 ]]; then
+    # Part 2 alone: the tapes, nablac, and what Vulkan needs there (no .gpu.tar.xz).
+    mkdir -p "$g/gpu/bin" "$g/gpu/deb"
+    cp "$(command -v glslangValidator)" "$g/gpu/bin/"
+    (cd "$g/gpu/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
+    python3 -c 'import tarfile
+with tarfile.open(".lp2.tar.xz", "w:xz") as t: t.add(".lp2")'
+    du -sh .lp2.tar.xz
+    exit 0
+  fi
   tape() { ls "$g/k/$1".bin "$g/k/$1".ntape 2>/dev/null | head -n1; }
   for t in $tapes; do
     for m in price forward reverse; do
@@ -38,7 +51,6 @@ if [[ "${1:-}" == --prepare ]]; then
   export NABLAC_NVRTC NABLAC_PTXAS
   # One at a time: the compile times are part of the result.
   for cu in "$g"/k/*.cu; do bash scripts/gpu/cubin.sh "$cu"; done | sort | tee "$g/k/summary.txt"
-  strip -o "$g/nablac" "$n"
   python3 -c 'import tarfile
 with tarfile.open(".lp2.tar.xz", "w:xz") as t: t.add(".lp2")'
   du -sh .lp2.tar.xz
@@ -48,13 +60,17 @@ fi
 out=${OUT:-/tmp/nablac-lp}
 mkdir -p "$out"
 [ -d "$g/k" ] || python3 -c 'import tarfile; tarfile.open(".lp2.tar.xz").extractall()'
-[ -d .gpu/bin ] || python3 -c 'import tarfile; tarfile.open(".gpu.tar.xz").extractall()'
+# FIRST_ONLY=1 (prepared so too): part 2 alone, with the glslang and debs the pack carries.
+gpu=.gpu
+[[ "${FIRST_ONLY:-0}" == 1 ]] && gpu=$g/gpu
+[ -d "$gpu/bin" ] || python3 -c 'import tarfile; tarfile.open(".gpu.tar.xz").extractall()'
 export PYTHONUNBUFFERED=1
 echo "== machine"
 date -u
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
 
 echo "== 1. CUDA f32, unrolled vs loops, ${PATHS:=16777216} paths, median of ${REPS:=11}"
+[[ "${FIRST_ONLY:-0}" == 1 ]] && tapes=""
 for t in $tapes; do
   for m in price forward reverse; do
     echo "-- $t $m"
@@ -64,14 +80,14 @@ for t in $tapes; do
 done
 
 echo "== 2. first runs, empty cache, 1M paths"
-for f in .gpu/deb/*.deb; do dpkg -x "$f" /; done
+for f in "$gpu"/deb/*.deb; do dpkg -x "$f" /; done
 ldconfig
 if [ -z "${VK_DRIVER_FILES:-}" ]; then
   icd=$(find /usr/local/nvidia /usr/share/vulkan /etc/vulkan -name 'nvidia_icd*.json' 2>/dev/null | head -n1)
   [ -n "$icd" ] && export VK_DRIVER_FILES=$icd
 fi
 export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
-export NABLAC_GLSLANG=$PWD/.gpu/bin/glslangValidator
+export NABLAC_GLSLANG=$PWD/$gpu/bin/glslangValidator
 export NABLAC_OPENCL_DEVICE=${NABLAC_OPENCL_DEVICE:-NVIDIA}
 n=$g/nablac
 first() { # label, tape, run arguments...
