@@ -9,8 +9,8 @@
 //! whose count is at most [`STATEMENT_BUDGET`] is built; a count over it is an error that says
 //! which mode would fit.
 
-use crate::emit::Mode;
 use crate::verify::Verified;
+use nablac_abi::manifest::Mode;
 
 /// The most statements a kernel may have (forward values, tangents and adjoints together).
 /// The largest kernels of the benchmarks have about 100,000 (the 52-bucket tape's forward

@@ -372,6 +372,53 @@ pub fn is_valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
+/// One node's statement as the text form prints it (`%4 = mul %0 %3`,
+/// `crate::format::text::write_text`), without a newline. Never panics: on a malformed tape an
+/// out-of-range input or const index prints as `?K`.
+pub fn node_statement(tape: &Tape, id: NodeId) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("{id} = ");
+    match tape.nodes.get(id.index()) {
+        None => s.push('?'),
+        Some(node) => {
+            s.push_str(node.op().name());
+            match *node {
+                Node::Input(k) => match tape.inputs.get(k as usize) {
+                    Some(input) => {
+                        let _ = write!(s, " {} {:?}", input.name, input.value);
+                    }
+                    None => {
+                        let _ = write!(s, " ?{k}");
+                    }
+                },
+                Node::Const(k) => match tape.consts.get(k as usize) {
+                    Some(v) => {
+                        let _ = write!(s, " {v:?}");
+                    }
+                    None => {
+                        let _ = write!(s, " ?{k}");
+                    }
+                },
+                Node::Draw(_, k) => {
+                    let _ = write!(s, " {k}");
+                }
+                Node::Unary(_, a) => {
+                    let _ = write!(s, " {a}");
+                }
+                Node::Binary(_, a, b) => {
+                    let _ = write!(s, " {a} {b}");
+                }
+            }
+        }
+    }
+    s
+}
+
+/// One output's statement (`output payoff = %6`), without a newline.
+pub fn output_statement(output: &Output) -> String {
+    format!("output {} = {}", output.name, output.node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

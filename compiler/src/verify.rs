@@ -19,11 +19,10 @@
 //!   value that planning, compiling, emitting and the reference accept: nothing downstream
 //!   re-validates a tape or recomputes one of these facts.
 
-use crate::format::text::{node_statement, output_statement};
 use crate::ops;
 use crate::passes;
 use crate::plan::{Activity, Liveness};
-use crate::tape::{is_valid_name, Node, NodeId, Tape};
+use crate::tape::{is_valid_name, node_statement, output_statement, Node, NodeId, Tape};
 use std::collections::BTreeMap;
 
 /// A tape that keeps every rule of TAPE-FORMAT.md, with its facts. Only [`verify`] makes one, so

@@ -12,57 +12,14 @@ use super::{FormatError, Rule};
 use crate::tape::{Input, Node, NodeId, Op, Output, Tape};
 use crate::verify::{self, InputField, NodeField, OutputField, Place};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// The header of a tape that needs format `version` (1 or 2): `nablatape 1`, `nablatape 2`.
 pub fn header(version: u16) -> String {
     format!("nablatape {version}")
 }
 
-/// One node's statement as `write_text` prints it (`%4 = mul %0 %3`), without a newline. Never
-/// panics: on a malformed tape an out-of-range input or const index prints as `?K`.
-pub fn node_statement(tape: &Tape, id: NodeId) -> String {
-    let mut s = format!("{id} = ");
-    match tape.nodes.get(id.index()) {
-        None => s.push('?'),
-        Some(node) => {
-            s.push_str(node.op().name());
-            match *node {
-                Node::Input(k) => match tape.inputs.get(k as usize) {
-                    Some(input) => {
-                        let _ = write!(s, " {} {:?}", input.name, input.value);
-                    }
-                    None => {
-                        let _ = write!(s, " ?{k}");
-                    }
-                },
-                Node::Const(k) => match tape.consts.get(k as usize) {
-                    Some(v) => {
-                        let _ = write!(s, " {v:?}");
-                    }
-                    None => {
-                        let _ = write!(s, " ?{k}");
-                    }
-                },
-                Node::Draw(_, k) => {
-                    let _ = write!(s, " {k}");
-                }
-                Node::Unary(_, a) => {
-                    let _ = write!(s, " {a}");
-                }
-                Node::Binary(_, a, b) => {
-                    let _ = write!(s, " {a} {b}");
-                }
-            }
-        }
-    }
-    s
-}
-
-/// One output's statement (`output payoff = %6`), without a newline.
-pub fn output_statement(output: &Output) -> String {
-    format!("output {} = {}", output.name, output.node)
-}
+// The statements are the tape's own (`crate::tape`): the verifier's annotations print them too.
+pub use crate::tape::{node_statement, output_statement};
 
 /// Writes `tape` in the text form: the header, one line per node, one per output, each ending in
 /// `\n`. For a valid tape, `read_text` of the result is `canonicalize(tape)`. Never panics.

@@ -82,12 +82,12 @@ pub struct LoopExplain {
 
 /// The loops of `tape`'s `mode` kernel, in order (a reverse kernel's as the GPU targets print
 /// it under the default plan: `compile::CompileOptions::reverse_loops`).
-pub fn explain_loops(tape: &Verified, mode: crate::emit::Mode) -> Vec<LoopExplain> {
+pub fn explain_loops(tape: &Verified, mode: nablac_abi::manifest::Mode) -> Vec<LoopExplain> {
     use crate::schedule::{Schedule, ScheduleOptions, Stmt, Var};
     let o = ScheduleOptions::looped(mode);
     let s = match mode {
         // Against the default plan, as a GPU target compiles it.
-        crate::emit::Mode::Reverse => {
+        nablac_abi::manifest::Mode::Reverse => {
             Schedule::build(tape, &super::plan(tape, &Default::default()), o)
         }
         _ => Schedule::plain(tape, o),
@@ -194,7 +194,7 @@ pub fn explain_forward(tape: &Verified) -> ForwardExplain {
             .zip(&c.colour)
             .filter_map(|(i, c)| c.map(|c| (i.name.clone(), c)))
             .collect(),
-        loops: explain_loops(tape, crate::emit::Mode::Forward),
+        loops: explain_loops(tape, nablac_abi::manifest::Mode::Forward),
     }
 }
 

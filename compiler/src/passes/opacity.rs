@@ -25,10 +25,10 @@
 //! ([`opaque_math_arguments`]).
 
 use super::segment::reverse_reads;
-use crate::emit::manifest::Target;
 use crate::ops::{self, Fun};
 use crate::plan::{Activity, OpacityPlan, SegmentPlan};
 use crate::tape::{Node, NodeId, Tape};
+use nablac_abi::manifest::Target;
 
 /// The calls whose arguments go through the opaque identity where [`opaque_math_arguments`]
 /// says so: exp and, by the same reasoning, the other exponential-family functions (and `pow`,

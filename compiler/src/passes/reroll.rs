@@ -553,8 +553,8 @@ mod tests {
     /// Price and forward schedules with loops, interpreted, give the bits of the unrolled
     /// ones, and pass the schedule verifier; the loops of each mode.
     fn assert_loops_keep_the_bits(t: &Tape, what: &str) -> [usize; 3] {
-        use crate::emit::Mode;
         use crate::schedule::{Schedule, ScheduleOptions, Stmt};
+        use nablac_abi::manifest::Mode;
         let v = crate::verify::verify(t.clone()).unwrap();
         [Mode::Price, Mode::Forward, Mode::Reverse].map(|mode| {
             let plain = Schedule::plain(&v, ScheduleOptions::new(mode));

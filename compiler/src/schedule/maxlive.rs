@@ -23,9 +23,9 @@
 //! node, repeats the one before it).
 
 use super::{Def, Operand, Schedule, ScheduleOptions, Stmt, Var};
-use crate::emit::manifest::Mode;
 use crate::plan::Plan;
 use crate::verify::Verified;
+use nablac_abi::manifest::Mode;
 use rustc_hash::FxHashMap as HashMap;
 
 /// A run of the schedule: the lifetime of every value and the position of every step.

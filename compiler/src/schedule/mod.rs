@@ -28,12 +28,12 @@ pub mod verify;
 
 pub use fused::fused_products;
 
-use crate::emit::manifest::Mode;
 use crate::ops::{self, Expr, Fun, Rule};
 use crate::passes::{colour_inputs, Colouring};
 use crate::plan::{Activity, Checkpoint, Plan};
 use crate::tape::{DrawKind, Node, NodeId, Tape};
 use crate::verify::{TapeInfo, Verified};
+use nablac_abi::manifest::Mode;
 use std::ops::Range;
 
 /// The most bookmarks a path of a reverse kernel with loops holds (values: 16 KiB a thread in

@@ -337,9 +337,9 @@ pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emit::Mode;
     use crate::passes::fixtures::asian;
     use crate::schedule::{Block, ScheduleOptions};
+    use nablac_abi::manifest::Mode;
 
     /// Every schedule the builder makes passes: plain and checkpointed (both strategies), in
     /// every mode, on the products and on random tapes.
