@@ -29,7 +29,7 @@
 //! modes disagreed about which paths are non-finite. With the strong zero a path through a zero
 //! partial contributes 0 in both orders (TAPE-FORMAT.md, the adjoint rules). Left over, as
 //! TAPE-FORMAT.md states: infinite contributions that cancel in a sum (sqrt(x - x)), and products
-//! that overflow in one order only.
+//! that over- or underflow in one order only.
 //!
 //! | op | value | adjoint |
 //! |---|---|---|
@@ -776,15 +776,23 @@ pub fn rule(op: Op) -> Option<&'static Rule> {
 /// The value of `e` given the operands (`D` included), in precision `T`; what the reference
 /// computes.
 pub fn eval<T: Real>(e: &Expr, x: &Operands<T>) -> T {
+    eval_watching(e, x, &mut |_, _, _| {})
+}
+
+/// [`eval`], calling `chain(y, z, result)` on every chain factor `y ⊙ z` or `y ⊘ z` it
+/// evaluates: how a test sees a product along the chain rule round (under- or overflow), the
+/// one way besides cancelling infinities that forward and reverse mode can disagree about a
+/// path's finiteness (TAPE-FORMAT.md).
+pub fn eval_watching<T: Real, W: FnMut(T, T, T)>(e: &Expr, x: &Operands<T>, chain: &mut W) -> T {
     match *e {
         Expr::A => x.a,
         Expr::B => x.b,
         Expr::C => x.c,
         Expr::D => x.d,
         Expr::Lit(v) => T::of(v),
-        Expr::Neg(y) => -eval(y, x),
+        Expr::Neg(y) => -eval_watching(y, x, chain),
         Expr::Arith(op, y, z) => {
-            let (y, z) = (eval(y, x), eval(z, x));
+            let (y, z) = (eval_watching(y, x, chain), eval_watching(z, x, chain));
             match op {
                 Arith::Add => y + z,
                 Arith::Sub => y - z,
@@ -793,21 +801,23 @@ pub fn eval<T: Real>(e: &Expr, x: &Operands<T>) -> T {
             }
         }
         Expr::Chain(f, y, z) => {
-            let (y, z) = (eval(y, x), eval(z, x));
-            match f {
+            let (y, z) = (eval_watching(y, x, chain), eval_watching(z, x, chain));
+            let result = match f {
                 _ if f.strong_zero(y, z) => T::of(0.0),
                 Factor::Times => y * z,
                 Factor::Over => y / z,
-            }
+            };
+            chain(y, z, result);
+            result
         }
-        Expr::Call(f, y) => T::call(f, eval(y, x)),
-        Expr::Pow(y, z) => eval(y, x).pow(eval(z, x)),
+        Expr::Call(f, y) => T::call(f, eval_watching(y, x, chain)),
+        Expr::Pow(y, z) => eval_watching(y, x, chain).pow(eval_watching(z, x, chain)),
         Expr::Nan => T::of(f64::NAN),
         Expr::Select(c, y, z) => {
             if eval_cond(&c, x) {
-                eval(y, x)
+                eval_watching(y, x, chain)
             } else {
-                eval(z, x)
+                eval_watching(z, x, chain)
             }
         }
     }
@@ -835,13 +845,23 @@ pub struct Operands<T> {
 
 /// Applies `step`: `add(arg, sub, delta)` for the contribution that applies, if any.
 pub fn eval_step<T: Real>(step: &Step, x: &Operands<T>, add: &mut impl FnMut(Arg, bool, T)) {
+    eval_step_watching(step, x, add, &mut |_, _, _| {})
+}
+
+/// [`eval_step`], watching its chain factors as [`eval_watching`] does.
+pub fn eval_step_watching<T: Real, W: FnMut(T, T, T)>(
+    step: &Step,
+    x: &Operands<T>,
+    add: &mut impl FnMut(Arg, bool, T),
+    chain: &mut W,
+) {
     match step {
-        Step::Acc(acc) => add(acc.arg, acc.sub, eval(&acc.expr, x)),
+        Step::Acc(acc) => add(acc.arg, acc.sub, eval_watching(&acc.expr, x, chain)),
         Step::If(c, then, otherwise) => {
             if eval_cond(c, x) {
-                eval_step(&Step::Acc(*then), x, add)
+                eval_step_watching(&Step::Acc(*then), x, add, chain)
             } else if let Some(s) = otherwise {
-                eval_step(s, x, add)
+                eval_step_watching(s, x, add, chain)
             }
         }
     }
