@@ -512,6 +512,16 @@ pub struct Resolved {
     pub choice: Option<Choice>,
 }
 
+impl Resolved {
+    /// Compiles the kernel of `tape` these options resolve to, from the schedule auto mode
+    /// built for its choice where there is one (`cost::Choice::schedule`, taken: it is
+    /// scheduled once).
+    pub fn compile(&mut self, tape: &Verified) -> Result<Compiled, CompileError> {
+        let schedule = self.choice.as_mut().and_then(|c| c.schedule.take());
+        crate::compile::compile_scheduled(tape, &self.options, schedule)
+    }
+}
+
 /// Resolves `req` against `tape` (see the module doc); `run`, where the kernel is compiled to
 /// be run, chooses the fused market count and the CPU back end by the measured rules. Does not
 /// repeat [`check`]: call it first, before the tape is read.
@@ -560,9 +570,7 @@ pub fn compile(
 ) -> Result<(Resolved, Compiled), DriverError> {
     check(req)?;
     let mut r = options(tape, req, run)?;
-    // Auto mode's choice was scheduled for its estimate: compiled from that schedule.
-    let schedule = r.choice.as_mut().and_then(|c| c.schedule.take());
-    let k = crate::compile::compile_scheduled(tape, &r.options, schedule)?;
+    let k = r.compile(tape)?;
     Ok((r, k))
 }
 

@@ -55,8 +55,12 @@ def _market(market):
             raise OptionError("market: input names are strings, not %r" % (name,))
         if isinstance(value, bool):
             raise OptionError("market %s=%r: expected a number" % (name, value))
-        if isinstance(value, numbers.Real):
-            fixed.append((name, float(value)))
+        if isinstance(value, numbers.Real) or getattr(value, "ndim", None) == 0:
+            # A number, or a 0-d array of one (jnp.float64(105.0), np.array(105.0)).
+            try:
+                fixed.append((name, float(value)))
+            except (TypeError, ValueError):
+                raise OptionError("market %s=%r: expected a number" % (name, value)) from None
         elif hasattr(value, "__len__") or hasattr(value, "__array__"):
             laddered.append((name, _ladder_values(name, value)))
         else:
@@ -76,8 +80,6 @@ def _ladder_values(name, value):
         raise OptionError(
             "market %s=%r: a ladder is a 1-D array of numbers" % (name, value)
         ) from None
-    if a.ndim == 0:
-        return a.reshape(1)
     if a.ndim != 1 or a.size == 0:
         raise OptionError(
             "market %s: a ladder is a 1-D array of at least one number, not one of shape %s"
@@ -202,8 +204,8 @@ class Result:
                   "kernel_hash", "cache_hit"):
             setattr(self, k, d[k])
         self.market = dict(d["market"])
-        #: Markets per launch of the kernel (1 unless a ladder ran fused).
-        self.fused_markets = 1 if ladder is None else ladder["fused"]
+        #: Markets per launch of the kernel (1 unless it fuses a ladder's).
+        self.fused_markets = d["fused_markets"]
         if ladder is not None:
             import numpy as np
 
@@ -254,7 +256,7 @@ class Result:
         d = {k: self._d[k] for k in ("target", "device", "precision", "mode", "paths", "seed")}
         ladder = self._d.get("ladder")
         if ladder is not None:
-            d["fused_markets"] = ladder["fused"]
+            d["fused_markets"] = self.fused_markets
             for k in ("tape_hash", "kernel_hash", "cache_hit"):
                 d[k] = self._d[k]
             inputs = list(self._d["market"])
@@ -374,16 +376,17 @@ def _run(t, paths, seed, target, mode, precision, fixed, threads, strict, option
     """The extension's run, its result, and its non-finite warnings (or ``strict`` error)."""
     d = _nablac.run(t, paths, seed, target, mode, precision, fixed, threads, options, ladder)
     r = Result(d, shape)
+    import numpy as np
+
     bad = []
     for o in r.outputs.values():
-        import numpy as np
-
-        n = int(np.sum(o.non_finite))
+        # Over a ladder: the count and the paths of all its markets.
+        n, markets = int(np.sum(o.non_finite)), np.size(o.non_finite)
         if n > 0:
             where = "" if r.shape is None else " (over the ladder's markets)"
             bad.append(
                 "%s: %d of %d paths%s gave a non-finite value or Greek and are left out of "
-                "its sums" % (o.name, n, paths * (1 if r.shape is None else int(np.prod(r.shape))), where)
+                "its sums" % (o.name, n, paths * markets, where)
             )
     if bad and strict:
         raise RunError("strict: " + "; ".join(bad))

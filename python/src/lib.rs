@@ -646,8 +646,6 @@ struct Ran {
     /// A ladder's inputs and every market's input values (empty without one).
     laddered: Vec<String>,
     markets: Vec<Vec<f64>>,
-    /// Markets fused into one launch of the kernel.
-    fused: usize,
     compile: f64,
     load: f64,
     run: f64,
@@ -759,27 +757,28 @@ fn run<'py>(
             }
         };
         let compile = started.elapsed().as_secs_f64();
+        // An input's index, for `market NAME=SHOWN` (a fixed value, or a ladder's `[...]`).
+        let input = |name: &str, shown: &dyn std::fmt::Display| {
+            manifest
+                .inputs
+                .iter()
+                .position(|n| n == name)
+                .ok_or_else(|| {
+                    Fail::Option(format!(
+                        "market {name}={shown}: the tape has no input {name} (inputs: {})",
+                        manifest.inputs.join(", ")
+                    ))
+                })
+        };
         let mut values = manifest.input_defaults.clone();
         for (name, value) in &market {
-            let Some(i) = manifest.inputs.iter().position(|n| n == name) else {
-                return Err(Fail::Option(format!(
-                    "market {name}={value}: the tape has no input {name} (inputs: {})",
-                    manifest.inputs.join(", ")
-                )));
-            };
-            values[i] = *value;
+            values[input(name, value)?] = *value;
         }
         // Every market: the run's market with the laddered inputs set from its row.
-        let mut at = Vec::with_capacity(laddered.len());
-        for name in &laddered {
-            let Some(i) = manifest.inputs.iter().position(|n| n == name) else {
-                return Err(Fail::Option(format!(
-                    "market {name}=[...]: the tape has no input {name} (inputs: {})",
-                    manifest.inputs.join(", ")
-                )));
-            };
-            at.push(i);
-        }
+        let at = laddered
+            .iter()
+            .map(|name| input(name, &"[...]"))
+            .collect::<Result<Vec<_>, _>>()?;
         let markets: Vec<Vec<f64>> = if laddered.is_empty() {
             vec![values.clone()]
         } else {
@@ -825,7 +824,6 @@ fn run<'py>(
         Ok(Ran {
             device: backend.describe_with(&kernel),
             cache_hit: kernel.cache_hit(),
-            fused: manifest.fused_markets(),
             manifest,
             reports,
             market: values,
@@ -861,12 +859,12 @@ fn ran_dict<'py>(py: Python<'py>, r: &Ran, paths: u64, seed: u64) -> PyResult<Bo
     d.set_item("tape_hash", &m.tape_hash)?;
     d.set_item("kernel_hash", &m.fingerprint)?;
     d.set_item("cache_hit", r.cache_hit)?;
+    d.set_item("fused_markets", m.fused_markets())?;
     d.set_item("outputs", outputs_list(py, m, &r.reports[0])?)?;
     if !r.laddered.is_empty() {
         let l = PyDict::new(py);
         l.set_item("inputs", &r.laddered)?;
         l.set_item("markets", &r.markets)?;
-        l.set_item("fused", r.fused)?;
         let per = PyList::empty(py);
         for report in &r.reports {
             per.append(outputs_list(py, m, report)?)?;

@@ -80,3 +80,10 @@ def test_a_kernel_compiled_alone_runs_a_ladder_market_by_market():
     assert r.fused_markets == 1
     for k_, s in enumerate([90.0, 110.0]):
         assert_market_bits(r, k_, nablac.run(k, paths=PATHS, seed=7, market={"spot": s}))
+
+
+def test_a_zero_dimensional_array_is_a_number_not_a_ladder():
+    t = nablac.product("european")
+    r = nablac.run(t, paths=PATHS, seed=7, mode="reverse", market={"spot": np.array(95.0)})
+    assert r.shape is None and r.markets is None
+    assert r.value == single(t, spot=95.0).value

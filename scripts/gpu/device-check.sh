@@ -32,16 +32,8 @@ nvcc --version | tail -1
 
 # Vulkan: the NVIDIA ICD is installed, its loader and glvnd are not (prepare.sh carries their
 # debs); glslang comes from .gpu/bin.
-for f in "$g"/deb/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -z "${VK_DRIVER_FILES:-}" ]; then
-  icd=$(find /usr/local/nvidia /usr/share/vulkan /etc/vulkan -name 'nvidia_icd*.json' 2>/dev/null | head -n1)
-  [ -n "$icd" ] && export VK_DRIVER_FILES=$icd
-  echo "Vulkan ICD: ${icd:-none found}"
-fi
-export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
-export NABLAC_GLSLANG=$PWD/$g/bin/glslangValidator
-export NABLAC_OPENCL_DEVICE=${NABLAC_OPENCL_DEVICE:-NVIDIA}
+. scripts/gpu/vulkan-env.sh
+gpu_vulkan_env "$g"
 export NABLAC_CACHE_DIR=/tmp/nablac-cache
 
 if [ "${SKIP_SQRT:-0}" != 1 ]; then

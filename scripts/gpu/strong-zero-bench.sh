@@ -19,8 +19,8 @@ if [[ "${1:-}" == --prepare ]]; then
   . .tools/env.sh
   rm -rf "$g" && mkdir -p "$g/bin" "$g/deb" "$g/k"
   strip -o "$g/bin/nablac" target/release/nablac
-  cp "$(command -v glslangValidator)" "$g/bin/"
-  (cd "$g/deb" && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 >/dev/null 2>&1)
+  . scripts/gpu/vulkan-env.sh
+  gpu_pack_vulkan "$g"
   n=$g/bin/nablac
   $n record asian --steps 252 -o "$g/k/asian252.bin"
   $n record barrier --steps 252 -o "$g/k/barrier252.bin"
@@ -53,12 +53,8 @@ for s in "$g"/k/*_strong.cu; do
 done
 
 echo "== 2. Vulkan: cold, disk-warm and warm loads in three processes"
-for f in "$g"/deb/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -z "${VK_DRIVER_FILES:-}" ]; then
-  icd=$(find /usr/local/nvidia /usr/share/vulkan /etc/vulkan -name 'nvidia_icd*.json' 2>/dev/null | head -n1)
-  [ -n "$icd" ] && export VK_DRIVER_FILES=$icd
-fi
+. scripts/gpu/vulkan-env.sh
+gpu_vulkan_env "$g"
 export PATH=$PWD/$g/bin:$PATH
 NABLAC_CACHE_DIR=$(mktemp -d)
 export NABLAC_CACHE_DIR

@@ -241,9 +241,7 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
         let mut resolved = nablac::driver::options(&tape, &req, Some(&shape))
             .map_err(super::honour::spelled)
             .with_context(|| format!("cannot compile {name}"))?;
-        // Auto mode's choice was scheduled for its estimate: compiled from that schedule.
-        let schedule = resolved.choice.as_mut().and_then(|c| c.schedule.take());
-        let o = resolved.options;
+        let o = &resolved.options;
         let what = format!(
             "compiling {name} for {} ({} nodes{})",
             target.name(),
@@ -252,11 +250,9 @@ pub fn run(args: &RunArgs, given: &Given) -> Result<()> {
                 .as_ref()
                 .map_or(String::new(), |l| format!(", {} markets fused", l.markets))
         );
-        let k = super::spinner::during(&what, || {
-            nablac::compile::compile_scheduled(&tape, &o, schedule)
-        })
-        .map_err(super::honour::spelled)
-        .with_context(|| format!("cannot compile {name}"))?;
+        let k = super::spinner::during(&what, || resolved.compile(&tape))
+            .map_err(super::honour::spelled)
+            .with_context(|| format!("cannot compile {name}"))?;
         (k.source, k.manifest)
     } else {
         let mpath = match &args.manifest {
