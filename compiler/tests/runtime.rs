@@ -62,6 +62,11 @@ fn backends() -> Vec<(Target, Backend)> {
     out
 }
 
+/// Is `backend` PoCL, OpenCL on the CPU (CI's OpenCL), whose LLVM is slow on long kernels?
+fn is_pocl(backend: &Backend) -> bool {
+    backend.target() == Target::Opencl && backend.describe().contains("Portable Computing Language")
+}
+
 fn backend_name(t: Target) -> &'static str {
     match t {
         Target::Glsl => "vulkan",
@@ -938,8 +943,13 @@ fn kernels_with_loops_give_the_bits_of_the_unrolled_ones() {
                 let market: Vec<f64> = tape.inputs.iter().map(|i| i.value).collect();
                 // (Reverse kernels loop on the GPU targets only: `CompileOptions::reverse_loops`;
                 // clif::tests holds the CPU lowerings of reverse loops to the same bits. The
-                // 64-step Asian stands for the 252-step one there: PoCL takes minutes over the
-                // unrolled checkpointed kernel.)
+                // 64-step Asian stands for the 252-step one there, and on PoCL in every mode:
+                // PoCL's LLVM takes minutes over the unrolled checkpointed kernel, and was still
+                // compiling the unrolled f64 forward kernel (191 KB) after 40 minutes on
+                // 2026-12-08, where the f32 one took seconds. The GPU machine's drivers run it.)
+                if name == "asian252" && is_pocl(&backend) {
+                    continue;
+                }
                 let reverse = target != Target::Cpu && name != "asian252";
                 for (mode, precision) in [Mode::Price, Mode::Forward, Mode::Reverse]
                     .into_iter()
