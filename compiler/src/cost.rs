@@ -16,7 +16,7 @@ use crate::emit::{Mode, Target};
 use crate::ops::{Acc, Arith, Expr, Factor, Rule, Step};
 use crate::plan::SegmentOptions;
 use crate::schedule::maxlive::{max_live, storage_and_spills};
-use crate::schedule::{Def, Schedule, Stmt};
+use crate::schedule::{Class, Def, Schedule, Stmt};
 use crate::verify::Verified;
 
 /// One kernel's work per path, counted on its schedule.
@@ -71,7 +71,12 @@ impl Work {
                     def: Def::Draw { .. },
                     ..
                 } => self.draws += times,
-                Stmt::OpaqueRead { .. } => self.ops += times,
+                // An opaque read of a value or a scratch slot is an op, as fitted; a
+                // bookmark's (a reverse loop's restore) was not counted when the model was fitted
+                // and is not now.
+                Stmt::OpaqueRead { from, .. } if !matches!(from, Some(slot) if slot.class == Class::Local) => {
+                    self.ops += times
+                }
                 Stmt::Adjoint(a) => {
                     // Each term accumulates into an adjoint: one add, or one fused multiply-add.
                     let (terms, _, h) = live_steps(a.rule, a.to.map(|t| t.is_some()));

@@ -322,11 +322,11 @@ pub fn run_schedule(
         seed,
         path,
         scopes: vec![Scope::default()],
-        scratch: vec![None; schedule.scratch_slots as usize],
+        scratch: vec![None; schedule.storage.scratch as usize],
         row: Vec::new(),
         iteration: 0,
         loop_first: 0,
-        bookmarks: Vec::new(),
+        bookmarks: vec![None; schedule.storage.local as usize],
     };
     m.block(&schedule.body);
     m.row
@@ -405,9 +405,16 @@ impl Machine<'_> {
             .unwrap_or_else(|| panic!("the schedule uses the undeclared adjoint {g:?} lane {lane}"))
     }
 
-    /// Bookmark `at` of the current iteration.
-    fn bookmark_index(&self, at: u32) -> usize {
-        (at + self.iteration - self.loop_first) as usize
+    /// The cell of `slot` (for a bookmark, the current iteration's).
+    fn cell(&mut self, slot: crate::schedule::Slot) -> &mut Option<f64> {
+        use crate::schedule::Class;
+        match slot.class {
+            Class::Scratch => &mut self.scratch[slot.index as usize],
+            Class::Local => {
+                let k = (slot.index + self.iteration - self.loop_first) as usize;
+                &mut self.bookmarks[k]
+            }
+        }
     }
 
     fn stmt(&mut self, stmt: &crate::schedule::Stmt) {
@@ -453,14 +460,18 @@ impl Machine<'_> {
                 };
                 self.set(Var::Value(*node), value, *declare);
             }
-            Stmt::Spill { node, slot } => {
-                self.scratch[*slot as usize] =
-                    Some(self.read(crate::schedule::Operand::Var(Var::Value(*node))));
+            Stmt::Store { var, slot } => {
+                let x = self.read(crate::schedule::Operand::Var(*var));
+                *self.cell(*slot) = Some(x);
             }
-            Stmt::OpaqueRead { node, slot } => {
-                let value = match slot {
-                    Some(k) => self.scratch[*k as usize]
-                        .unwrap_or_else(|| panic!("scratch slot {k} read before it is written")),
+            Stmt::OpaqueRead { node, from } => {
+                let value = match from {
+                    Some(slot) => self.cell(*slot).unwrap_or_else(|| {
+                        panic!(
+                            "{slot:?} read before it is written (iteration {})",
+                            self.iteration
+                        )
+                    }),
                     None => self.read(crate::schedule::Operand::Var(Var::Value(*node))),
                 };
                 self.set(Var::Copy(*node), value, true);
@@ -474,18 +485,6 @@ impl Machine<'_> {
             Stmt::MoveAdjoint { to, from, lane } => {
                 let x = *self.grad(*from, *lane);
                 *self.grad(*to, *lane) = x;
-            }
-            Stmt::Bookmarks { slots } => self.bookmarks = vec![None; *slots as usize],
-            Stmt::Bookmark { var, at } => {
-                let x = self.read(crate::schedule::Operand::Var(*var));
-                let k = self.bookmark_index(*at);
-                self.bookmarks[k] = Some(x);
-            }
-            Stmt::Restore { node, at } => {
-                let k = self.bookmark_index(*at);
-                let x = self.bookmarks[k]
-                    .unwrap_or_else(|| panic!("bookmark {k} read before it is written"));
-                self.set(Var::Copy(*node), x, true);
             }
             Stmt::Seed { node, lane } => *self.adjoint(*node, *lane) = 1.0,
             Stmt::Adjoint(adj) => {

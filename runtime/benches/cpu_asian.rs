@@ -2,7 +2,9 @@
 //! kernel, on the CPU: price and value + 5 Greeks (reverse mode), f64 and f32, one thread and
 //! all threads, the Cranelift back end and (feature `llvm`) the LLVM one, beside a hand-written
 //! Rust loop of the same case (price and pathwise tangents, the same Philox and Box–Muller) as
-//! the in-repo baseline. Throughput is in paths (criterion's elements/s).
+//! the in-repo baseline; and, one thread and f64, the price and forward kernels with their steps
+//! as loops (the default) beside the unrolled ones (`--unroll`), for each back end. Throughput is
+//! in paths (criterion's elements/s).
 //!
 //! `cargo bench -p nablac-runtime --features llvm --bench cpu_asian` (BENCHMARKS.md).
 
@@ -23,6 +25,7 @@ fn kernel(
     backend: CpuBackend,
     mode: Mode,
     precision: Precision,
+    loops: bool,
 ) -> (String, nablac::emit::Manifest) {
     let o = Options {
         steps: STEPS,
@@ -36,6 +39,7 @@ fn kernel(
             mode,
             precision,
             cpu_backend: backend,
+            loops,
             ..CompileOptions::new(Target::Cpu)
         },
     )
@@ -65,7 +69,7 @@ fn kernels(c: &mut Criterion) {
         for backend in backends() {
             for precision in [Precision::F64, Precision::F32] {
                 for mode in [Mode::Price, Mode::Reverse] {
-                    let (source, manifest) = kernel(backend, mode, precision);
+                    let (source, manifest) = kernel(backend, mode, precision, true);
                     let id = BenchmarkId::new(
                         format!("{}/{}", backend.name(), precision.name()),
                         if mode == Mode::Price {
@@ -181,5 +185,46 @@ fn hand_loop(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, hand_loop, kernels);
+/// The rerolled kernels against the unrolled ones (issue 27: CPU throughput no worse), one
+/// thread, f64: price and value + 5 Greeks in forward mode (the mode whose kernel loops on the
+/// CPU; the CPU's reverse kernel stays unrolled).
+fn loops_against_unrolled(c: &mut Criterion) {
+    let market = Market::default().values().to_vec();
+    let mut g = c.benchmark_group("asian252/loops vs unrolled");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(BLOCK));
+    for backend in backends() {
+        for mode in [Mode::Price, Mode::Forward] {
+            for loops in [false, true] {
+                let (source, manifest) = kernel(backend, mode, Precision::F64, loops);
+                let id = BenchmarkId::new(
+                    format!(
+                        "{}/{}",
+                        backend.name(),
+                        if loops { "loops" } else { "unrolled" }
+                    ),
+                    if mode == Mode::Price {
+                        "price"
+                    } else {
+                        "forward"
+                    },
+                );
+                let c = cpu::load(&source, &manifest).expect("the kernel loads");
+                let mut out = vec![0.0; BLOCK as usize * c.row_len()];
+                let mut first = 0u64;
+                g.bench_function(id, |b| {
+                    b.iter(|| {
+                        c.run(&market, 42, first, &mut out)
+                            .expect("the kernel runs");
+                        first += BLOCK;
+                        black_box(out[0])
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, hand_loop, kernels, loops_against_unrolled);
 criterion_main!(benches);

@@ -28,7 +28,9 @@ use super::{ClifError, Options};
 use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Grad, Leaf, Loop, Operand, Schedule, Stmt, Tangent, Var};
+use crate::schedule::{
+    Adjoint, Class, Def, Grad, Leaf, Loop, Operand, Schedule, Slot, Stmt, Tangent, Var,
+};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -413,7 +415,14 @@ fn reverse_loop(
     for s in &l.body {
         match s {
             Stmt::Note(_) | Stmt::Rekey => {}
-            Stmt::Restore { node, at } => {
+            Stmt::OpaqueRead {
+                node,
+                from:
+                    Some(Slot {
+                        class: Class::Local,
+                        index: at,
+                    }),
+            } => {
                 let a = bookmark(b, *at, l.first, it);
                 let x = b.ins().load(ty, flags, a, 0);
                 vals.carried.insert(Var::Copy(*node), x);
@@ -728,11 +737,11 @@ pub(super) fn lower(
         carried: Default::default(),
         prev: Default::default(),
     };
-    // The bookmarks: a stack slot of the path's values (`Stmt::Bookmarks`).
-    let bookmarks = (schedule.bookmarks > 0).then(|| {
+    // The bookmarks: a stack slot of the path's values (`schedule.storage.local`).
+    let bookmarks = (schedule.storage.local > 0).then(|| {
         let slot = b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
-            schedule.bookmarks * ty.bytes(),
+            schedule.storage.local * ty.bytes(),
             4,
         ));
         b.ins().stack_addr(types::I64, slot, 0)
@@ -843,7 +852,14 @@ pub(super) fn lower(
                             let v = tangent(&cx, &mut b, &vals, t);
                             vals.adj[t.node.index() * vals.lanes + t.lane] = Some(v);
                         }
-                        Stmt::Bookmark { var, at } => {
+                        Stmt::Store {
+                            var,
+                            slot:
+                                Slot {
+                                    class: Class::Local,
+                                    index: at,
+                                },
+                        } => {
                             let x = vals.operand(&cx, Operand::Var(*var));
                             let a = bookmark(&mut b, *at, l.first, p[0]);
                             b.ins().store(flags, x, a, 0);
@@ -931,16 +947,18 @@ pub(super) fn lower(
                     b.ins().store(flags, y, row, 8 * k as i32);
                 }
             }
-            // The plain schedule's notes and declarations (adjoints start at +0.0) emit nothing.
+            // The plain schedule's notes and declarations (adjoints start at +0.0) emit nothing
             // (the bookmarks' slot is made above).
-            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } | Stmt::Bookmarks { .. } => {}
+            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } => {}
+            // The checkpointed sweep's statements: the CPU code runs the plain schedule or loops
+            // (`compile` never asks for more; a caller that does gets this, not a panic).
             Stmt::Declare(_)
-            | Stmt::Spill { .. }
+            | Stmt::Store { .. }
             | Stmt::Rekey
             | Stmt::OpaqueRead { .. }
-            | Stmt::Bookmark { .. }
-            | Stmt::Restore { .. }
-            | Stmt::Block(_) => unreachable!("the CPU code runs the plain schedule or loops"),
+            | Stmt::Block(_) => return Err(ClifError::Unsupported(
+                "a checkpointed statement (scratch, opaque reads, segment blocks) outside a loop",
+            )),
         }
     }
     let next = b.ins().iadd_imm_u(idx, 1);

@@ -537,7 +537,10 @@ fn the_stated_exceptions_are_the_only_disagreements_left() {
     let left_out = |tape: &Verified, input: f64| {
         let (_, f) = kernel(tape, opts(Mode::Forward, Precision::F64));
         let (_, r) = kernel(tape, opts(Mode::Reverse, Precision::F64));
-        let (fwd, rev) = (run_rows(&f, &[input], 3, 0, 1), run_rows(&r, &[input], 3, 0, 1));
+        let (fwd, rev) = (
+            run_rows(&f, &[input], 3, 0, 1),
+            run_rows(&r, &[input], 3, 0, 1),
+        );
         // value, value_sq, greek, greek_sq, non_finite
         ((fwd[2], fwd[4]), (rev[2], rev[4]))
     };
@@ -551,7 +554,10 @@ fn the_stated_exceptions_are_the_only_disagreements_left() {
     let (fwd, rev) = left_out(&tape, 1.0);
     assert_eq!(fwd, (0.0, 0.0), "forward: d sqrt(x - x) / dx = 0 * inf = 0");
     assert_eq!(rev.1, 1.0, "reverse: inf - inf, the path is left out");
-    assert_eq!(excuse(&tape, &[1.0], 3, 0, y.index()), Some(Excuse::InfinitiesCancel));
+    assert_eq!(
+        excuse(&tape, &[1.0], 3, 0, y.index()),
+        Some(Excuse::InfinitiesCancel)
+    );
 
     let a = -1e-159;
     let mut b = B::default();
@@ -561,8 +567,14 @@ fn the_stated_exceptions_are_the_only_disagreements_left() {
     b.out("y", y);
     let tape = b.finish();
     let (fwd, rev) = left_out(&tape, a);
-    assert_eq!(fwd.1, 0.0, "forward: (-2e-159 * 1e-318) * inf = 0 * inf = 0, the path kept");
-    assert_eq!(rev.1, 1.0, "reverse: (1 * 1e-318) * inf = inf, the path left out");
+    assert_eq!(
+        fwd.1, 0.0,
+        "forward: (-2e-159 * 1e-318) * inf = 0 * inf = 0, the path kept"
+    );
+    assert_eq!(
+        rev.1, 1.0,
+        "reverse: (1 * 1e-318) * inf = inf, the path left out"
+    );
     assert_eq!(excuse(&tape, &[a], 3, 0, y.index()), Some(Excuse::Rounding));
 
     let mut b = B::default();

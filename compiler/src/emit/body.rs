@@ -11,7 +11,9 @@ use super::dialect::{real, Dialect, MathFn};
 use super::manifest::Precision;
 use super::ScratchLayout;
 use crate::ops::{Acc, Arith, Cond, Expr, Factor, Fun, Step};
-use crate::schedule::{self, Adjoint, Def, Grad, Key, Leaf, Operand, Schedule, Stmt, Tangent, Var};
+use crate::schedule::{
+    self, Adjoint, Class, Def, Grad, Key, Leaf, Operand, Schedule, Slot, Stmt, Tangent, Var,
+};
 use crate::tape::{DrawKind, NodeId, Tape};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -103,11 +105,16 @@ impl<'a> Body<'a> {
         }
     }
 
-    /// Bookmark `at` of iteration `it` of loop `l`.
-    fn bookmark(&self, at: u32, first: u32) -> String {
-        match first {
-            0 => format!("bm[{at}u + it]"),
-            _ => format!("bm[{at}u + (it - {first}u)]"),
+    /// Where `slot` lives, spelled per storage class (`schedule::storage`): the scratch
+    /// buffer's address in its layout, or the local array's entry for the current iteration of
+    /// the enclosing loop.
+    fn place(&self, slot: Slot) -> String {
+        match slot.class {
+            Class::Scratch => self.scratch_at(slot.index),
+            Class::Local => match (slot.index, self.loop_first.get()) {
+                (at, 0) => format!("bm[{at}u + it]"),
+                (at, first) => format!("bm[{at}u + (it - {first}u)]"),
+            },
         }
     }
 
@@ -362,7 +369,7 @@ impl<'a> Body<'a> {
             ),
             ScratchLayout::Aos => format!(
                 "scratch[({i64t})gid * {}u + {slot}u]",
-                self.schedule.scratch_slots
+                self.schedule.storage.scratch
             ),
         }
     }
@@ -394,9 +401,12 @@ impl<'a> Body<'a> {
                 let line = format!("{ty}v{} = {};", node.0, self.def(def));
                 out.line(self.note(line, *node));
             }
-            Stmt::Spill { node, slot } => {
-                let line = format!("{} = v{};", self.scratch_at(*slot), node.0);
-                out.line(self.note(line, *node));
+            Stmt::Store { var, slot } => {
+                let line = format!("{} = {};", self.place(*slot), self.var(*var));
+                match var.straight_node() {
+                    Some(node) => out.line(self.note(line, node)),
+                    None => out.line(line),
+                }
             }
             Stmt::Rekey => {
                 let zero = self.param("zero");
@@ -405,9 +415,9 @@ impl<'a> Body<'a> {
                     u = self.d.uint
                 ));
             }
-            Stmt::OpaqueRead { node, slot } => {
-                let src = match slot {
-                    Some(slot) => self.scratch_at(*slot),
+            Stmt::OpaqueRead { node, from } => {
+                let src = match from {
+                    Some(slot) => self.place(*slot),
                     None => format!("v{}", node.0),
                 };
                 let line = format!(
@@ -432,29 +442,6 @@ impl<'a> Body<'a> {
                     self.gname(*to, *lane),
                     self.gname(*from, *lane)
                 ));
-            }
-            Stmt::Bookmarks { slots } => {
-                if *slots > 0 {
-                    out.line(format!("{} bm[{slots}];", self.decl_type()));
-                }
-            }
-            Stmt::Bookmark { var, at } => {
-                let first = self.loop_first.get();
-                out.line(format!(
-                    "{} = {};",
-                    self.bookmark(*at, first),
-                    self.var(*var)
-                ));
-            }
-            Stmt::Restore { node, at } => {
-                let first = self.loop_first.get();
-                let line = format!(
-                    "{} r{} = {};",
-                    self.decl_type(),
-                    node.0,
-                    self.d.opaque(&self.bookmark(*at, first))
-                );
-                out.line(self.note(line, *node));
             }
             Stmt::Seed { node, lane } => {
                 out.line(format!("{} = {};", self.dname(*node, *lane), self.lit(1.0)));
@@ -579,6 +566,10 @@ impl<'a> Body<'a> {
             lines: Vec::new(),
             indent,
         };
+        let local = self.schedule.storage.local;
+        if local > 0 {
+            out.line(format!("{} bm[{local}];", self.decl_type()));
+        }
         self.stmts(&mut out, &self.schedule.body);
         out.lines.join("\n")
     }

@@ -55,7 +55,7 @@ pub(super) fn build(
         0
     };
     let scratch = schedule.strategy == super::manifest::Checkpoint::Scratch;
-    let scratch_slots = scratch.then_some(schedule.scratch_slots);
+    let scratch_slots = scratch.then_some(schedule.storage.scratch);
     Ok(Manifest {
         manifest_version: MANIFEST_VERSION,
         nablac_version: env!("CARGO_PKG_VERSION").into(),

@@ -26,7 +26,9 @@ use super::LlvmError;
 use crate::emit::manifest::Precision;
 use crate::ops::{self, Arith, Cmp, Cond, Expr, Factor, Fun, Step};
 use crate::philox::{M0, M1, W0, W1};
-use crate::schedule::{Adjoint, Def, Grad, Leaf, Operand, Schedule, Stmt, Tangent, Var};
+use crate::schedule::{
+    Adjoint, Class, Def, Grad, Leaf, Operand, Schedule, Slot, Stmt, Tangent, Var,
+};
 use crate::tape::{DrawKind, NodeId};
 use crate::verify::Verified;
 use inkwell::builder::{Builder, BuilderError};
@@ -676,8 +678,8 @@ fn build<'ctx>(
         carried: Default::default(),
         prev: Default::default(),
     };
-    // The bookmarks (`Stmt::Bookmarks`): a stack array of the path group's vectors.
-    let bookmarks = match schedule.bookmarks {
+    // The bookmarks (`schedule.storage.local`): a stack array of the path group's vectors.
+    let bookmarks = match schedule.storage.local {
         0 => None,
         n => Some(b.build_array_alloca(t.fty, i64t.const_int(u64::from(n), false), "bookmarks")?),
     };
@@ -898,7 +900,14 @@ fn build<'ctx>(
                 for s in &l.body {
                     match s {
                         Stmt::Note(_) | Stmt::Rekey => {}
-                        Stmt::Restore { node, at } => {
+                        Stmt::OpaqueRead {
+                            node,
+                            from:
+                                Some(Slot {
+                                    class: Class::Local,
+                                    index: at,
+                                }),
+                        } => {
                             let p = bookmark(*at, l.first, itv)?;
                             let x = b.build_load(p, "")?.into_vector_value();
                             vals.carried.insert(Var::Copy(*node), x);
@@ -977,7 +986,14 @@ fn build<'ctx>(
                             let y = tangent(&v, &vals, tg)?;
                             vals.adj[tg.node.index() * vals.lanes + tg.lane] = Some(y);
                         }
-                        Stmt::Bookmark { var, at } => {
+                        Stmt::Store {
+                            var,
+                            slot:
+                                Slot {
+                                    class: Class::Local,
+                                    index: at,
+                                },
+                        } => {
                             let x = vals.operand(&v, Operand::Var(*var))?;
                             b.build_store(bookmark(*at, l.first, itv)?, x)?;
                         }
@@ -1010,13 +1026,11 @@ fn build<'ctx>(
                 }
             }
             Stmt::Leaves(_) => {}
-            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } | Stmt::Bookmarks { .. } => {}
+            Stmt::Note(_) | Stmt::DeclareAdjoints { .. } => {}
             Stmt::Declare(_)
-            | Stmt::Spill { .. }
+            | Stmt::Store { .. }
             | Stmt::Rekey
             | Stmt::OpaqueRead { .. }
-            | Stmt::Bookmark { .. }
-            | Stmt::Restore { .. }
             | Stmt::Block(_) => return Err(missing("a checkpointed statement")),
         }
     }

@@ -83,7 +83,7 @@ pub struct LoopExplain {
 /// The loops of `tape`'s `mode` kernel, in order (a reverse kernel's as the GPU targets print
 /// it under the default plan: `compile::CompileOptions::reverse_loops`).
 pub fn explain_loops(tape: &Verified, mode: nablac_abi::manifest::Mode) -> Vec<LoopExplain> {
-    use crate::schedule::{Schedule, ScheduleOptions, Stmt, Var};
+    use crate::schedule::{Class, Schedule, ScheduleOptions, Stmt, Var};
     let o = ScheduleOptions::looped(mode);
     let s = match mode {
         // Against the default plan, as a GPU target compiles it.
@@ -109,11 +109,14 @@ pub fn explain_loops(tape: &Verified, mode: nablac_abi::manifest::Mode) -> Vec<L
                     .body
                     .iter()
                     .filter_map(|s| match s {
-                        Stmt::Bookmark {
+                        Stmt::Store {
                             var: Var::Carried(n),
-                            ..
+                            slot,
                         }
-                        | Stmt::Restore { node: n, .. } => Some(n.0),
+                        | Stmt::OpaqueRead {
+                            node: n,
+                            from: Some(slot),
+                        } if slot.class == Class::Local => Some(n.0),
                         _ => None,
                     })
                     .collect(),

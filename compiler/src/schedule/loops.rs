@@ -17,7 +17,7 @@
 //! iterations back, the rest of the tape reads an iteration of a loop other than its last, a
 //! fused multiply-add would straddle a loop's iteration), the region stays straight-line.
 
-use super::{fused::fused_pairs, Carry, Def, Grad, Loop, Operand, Stmt, Var};
+use super::{fused::fused_pairs, Carry, Class, Def, Grad, Loop, Operand, Slot, Stmt, Var};
 use crate::passes::reroll::{Region, Shape};
 use crate::tape::{NodeId, Tape};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -853,7 +853,10 @@ fn reverse(regions: &[Region], built: Built, rev: &[Stmt]) -> Result<Vec<Stmt>, 
             )
         });
         let mut body = if draws { vec![Stmt::Rekey] } else { Vec::new() };
-        body.extend(restored.iter().map(|&b| Stmt::Restore { node: b, at: 0 }));
+        body.extend(restored.iter().map(|&b| Stmt::OpaqueRead {
+            node: b,
+            from: Some(Slot::of(Class::Local)),
+        }));
         body.extend(recompute);
         body.extend(decls);
         body.extend(rules);
@@ -866,45 +869,26 @@ fn reverse(regions: &[Region], built: Built, rev: &[Stmt]) -> Result<Vec<Stmt>, 
         }));
     }
 
-    // Bookmarks: each restored value of each loop, one per iteration.
-    let mut slots = 0u32;
-    let mut at_of: Vec<HashMap<NodeId, u32>> = Vec::new();
-    for ((_, l), rv) in loops.iter().zip(&reversed) {
-        let mut at = HashMap::default();
-        for &b in rv.iter().flat_map(|rv| &rv.restored) {
-            at.insert(b, slots);
-            slots += l.count;
-        }
-        at_of.push(at);
-    }
+    // Bookmarks: each forward loop stores what its reverse loop restores, in the local class
+    // (one slot per iteration; `storage::assign` lays them out).
     let mut k = 0;
     for s in &mut stmts {
         if let Stmt::Loop(l) = s {
-            let at = &at_of[k];
-            let mut marks: Vec<(NodeId, u32)> = at.iter().map(|(&b, &a)| (b, a)).collect();
-            marks.sort_unstable();
-            let stores = marks.iter().map(|&(b, at)| Stmt::Bookmark {
-                var: Var::Carried(b),
-                at,
-            });
+            let stores = reversed[k]
+                .iter()
+                .flat_map(|rv| &rv.restored)
+                .map(|&b| Stmt::Store {
+                    var: Var::Carried(b),
+                    slot: Slot::of(Class::Local),
+                });
             l.body.splice(0..0, stores);
             k += 1;
-        }
-    }
-    for (rv, at) in reversed.iter_mut().zip(&at_of) {
-        if let Some(rv) = rv {
-            for s in &mut rv.body {
-                if let Stmt::Restore { node, at: a } = s {
-                    *a = at[node];
-                }
-            }
         }
     }
 
     // The reverse sweep: the straight-line statements renamed, each loop where its last
     // iteration's rules stood.
-    let mut out = vec![Stmt::Bookmarks { slots }];
-    out.extend(stmts);
+    let mut out = stmts;
     let mut touched: HashSet<(NodeId, usize)> = HashSet::default();
     let mut declared_loop = vec![false; loops.len()];
     let mut emitted = vec![false; loops.len()];

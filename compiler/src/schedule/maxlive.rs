@@ -22,7 +22,7 @@
 //! the most values alive before any of its steps (a position without steps, a constant or a dead
 //! node, repeats the one before it).
 
-use super::{Def, Operand, Schedule, ScheduleOptions, Stmt, Var};
+use super::{Class, Def, Operand, Schedule, ScheduleOptions, Stmt, Var};
 use crate::plan::Plan;
 use crate::verify::Verified;
 use nablac_abi::manifest::Mode;
@@ -110,9 +110,14 @@ impl Sim {
                         restore.push(old);
                     }
                 }
-                Stmt::OpaqueRead { node, .. } => {
+                // A bookmark's read defines the copy only (the value it was stored from is
+                // another iteration's); a read from scratch or from the value keeps the value
+                // alive up to it, as the estimate has always counted.
+                Stmt::OpaqueRead { node, from } => {
                     let t = self.step(first);
-                    self.read(Some(Operand::Var(Var::Value(*node))), t);
+                    if !matches!(from, Some(slot) if slot.class == Class::Local) {
+                        self.read(Some(Operand::Var(Var::Value(*node))), t);
+                    }
                     restore.push(self.define(Var::Copy(*node), t));
                 }
                 Stmt::Adjoint(adj) => {
@@ -144,13 +149,11 @@ impl Sim {
                         }
                     }
                 }
-                Stmt::Bookmark { var, .. } => {
+                // A bookmark's store reads its carried value; a spill to scratch stands
+                // right after its value's definition and adds nothing.
+                Stmt::Store { var, slot } if slot.class == Class::Local => {
                     let t = self.step(first);
                     self.read(Some(Operand::Var(*var)), t);
-                }
-                Stmt::Restore { node, .. } => {
-                    let t = self.step(first);
-                    restore.push(self.define(Var::Copy(*node), t));
                 }
                 Stmt::Tangent(tan) => {
                     let t = self.step(tan.node.0);
@@ -187,9 +190,8 @@ impl Sim {
                 }
                 Stmt::Note(_)
                 | Stmt::Declare(_)
-                | Stmt::Spill { .. }
+                | Stmt::Store { .. }
                 | Stmt::Rekey
-                | Stmt::Bookmarks { .. }
                 | Stmt::MoveAdjoint { .. }
                 | Stmt::Seed { .. } => {}
             }

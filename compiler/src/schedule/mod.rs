@@ -24,9 +24,11 @@
 mod fused;
 mod loops;
 pub mod maxlive;
+pub mod storage;
 pub mod verify;
 
 pub use fused::fused_products;
+pub use storage::{Class, Slot, Storage};
 
 use crate::ops::{self, Expr, Fun, Rule};
 use crate::passes::{colour_inputs, Colouring};
@@ -225,7 +227,7 @@ pub struct Loop {
     pub carried: Vec<Carry>,
     pub body: Vec<Stmt>,
     /// A reverse sweep's loop: the iterations run last first, and the body recomputes its
-    /// iteration's values from the bookmarks ([`Stmt::Restore`]) before its adjoint rules.
+    /// iteration's values from the bookmarks (its [`Stmt::OpaqueRead`]s) before its adjoint rules.
     /// Its `carried` is empty; the adjoints it updates that live outside it are
     /// [`Loop::outer_adjoints`].
     pub reverse: bool,
@@ -299,18 +301,21 @@ pub enum Stmt {
         def: Def,
         declare: bool,
     },
-    /// Store node's value in scratch slot `slot` of this path.
-    Spill {
-        node: NodeId,
-        slot: u32,
+    /// Store `var` in `slot` of this path ([`storage`]): a value crossing segments in the
+    /// scratch buffer, or in a forward [`Loop`]'s body a carried value, as the iteration starts
+    /// with it, in its bookmark (the iteration's slot of [`storage::Class::Local`]).
+    Store {
+        var: Var,
+        slot: Slot,
     },
     /// Re-key the generator for the rest of the block: `key ^ zero`.
     Rekey,
-    /// `Var::Copy(node) = opaque(value)`, the value read from scratch slot `slot` if any, else
-    /// from `Var::Value(node)`.
+    /// `Var::Copy(node) = opaque(value)`, the value read from slot `from` if any, else from
+    /// `Var::Value(node)`. In a reverse [`Loop`]'s body `from` is the iteration's bookmark: the
+    /// carried value of `node` the iteration started from in the forward sweep.
     OpaqueRead {
         node: NodeId,
-        slot: Option<u32>,
+        from: Option<Slot>,
     },
     /// The adjoint `grad` in `lanes`, declared and zero.
     DeclareAdjoints {
@@ -324,23 +329,6 @@ pub enum Stmt {
         to: Grad,
         from: Grad,
         lane: Lane,
-    },
-    /// The path's bookmarks: `slots` values of the kernel's precision, per thread (a local
-    /// array on a GPU, the stack on the CPU), declared at the start of the path.
-    Bookmarks {
-        slots: u32,
-    },
-    /// In a forward [`Loop`]'s body: store `var` (a carried value, as the iteration starts
-    /// with it) in bookmark `at + (it - first)`.
-    Bookmark {
-        var: Var,
-        at: u32,
-    },
-    /// In a reverse [`Loop`]'s body: `Var::Copy(node) = opaque(bookmark at + (it - first))`,
-    /// the carried value of `node` the iteration started from in the forward sweep.
-    Restore {
-        node: NodeId,
-        at: u32,
     },
     /// Node's adjoint in `lane` is 1 (an output's own lane).
     Seed {
@@ -370,10 +358,9 @@ pub struct Schedule {
     pub segments: usize,
     /// The checkpoint strategy; `Off` for a plain or price kernel.
     pub strategy: Checkpoint,
-    /// Scratch slots per path (the scratch strategy; 0 otherwise).
-    pub scratch_slots: u32,
-    /// Bookmarks per path ([`Stmt::Bookmarks`]; 0 without reverse loops).
-    pub bookmarks: u32,
+    /// Slots per path of each storage class ([`storage::assign`]): scratch under the scratch
+    /// strategy, local with reverse loops (their bookmarks); 0 otherwise.
+    pub storage: Storage,
     /// Calls of the exponential family take their arguments through the opaque identity
     /// (`passes::opaque_math_arguments`, decided per target by the opacity plan's rule).
     pub opaque_math: bool,
@@ -792,10 +779,12 @@ impl Builder<'_> {
     fn checkpointed(&self, plan: &Plan) -> Vec<Stmt> {
         let sp = &plan.segments;
         let is_persistent = sp.persistent_mask(self.tape.len());
+        // The plan's storage for the values crossing segments: scratch under its scratch
+        // strategy (`storage::assign` lays the slots out), registers otherwise.
         let mut slot_of = vec![None; self.tape.len()];
         if sp.strategy == Checkpoint::Scratch {
-            for (k, v) in sp.scratch_slots.iter().enumerate() {
-                slot_of[v.index()] = Some(k as u32);
+            for v in &sp.scratch_slots {
+                slot_of[v.index()] = Some(Slot::of(Class::Scratch));
             }
         }
         let top: Vec<NodeId> = sp
@@ -821,7 +810,10 @@ impl Builder<'_> {
                 let persistent = is_persistent[v.index()];
                 body.push(self.define(v, &Var::Value, Key::Kernel, !persistent));
                 if let Some(slot) = slot_of[v.index()] {
-                    body.push(Stmt::Spill { node: v, slot });
+                    body.push(Stmt::Store {
+                        var: Var::Value(v),
+                        slot,
+                    });
                 }
             }
             out.push(Stmt::Block(Block {
@@ -856,7 +848,7 @@ impl Builder<'_> {
                 if self.live(r) && !self.is_const(r) {
                     body.push(Stmt::OpaqueRead {
                         node: r,
-                        slot: slot_of[r.index()],
+                        from: slot_of[r.index()],
                     });
                 }
             }
@@ -929,9 +921,15 @@ impl Schedule {
         // A reverse sweep with loops: the plain schedule rerolled, where some iteration loops
         // (it then needs no checkpoint plan: the loops' bookmarks take its place).
         let regions = || v.regions();
+        // Each candidate body with its storage laid out (`storage::assign`).
+        let laid_out = |mut body: Vec<Stmt>| {
+            let storage = storage::assign(&mut body);
+            (body, storage)
+        };
         let looped_reverse = (opts.loops && opts.mode == Mode::Reverse)
             .then(|| loops::reroll_reverse(v.tape(), regions(), b.plain()))
-            .flatten();
+            .flatten()
+            .map(laid_out);
         // Under a checkpoint plan, only where the loops keep no more values alive than the
         // checkpointed sweep (a tape whose iterations mostly differ, the bucketed Asian's, keeps
         // its straight-line rest alive through the whole reverse sweep otherwise).
@@ -940,34 +938,30 @@ impl Schedule {
             s.body = body.to_vec();
             maxlive::max_live(&s, v.tape().len())
         };
-        let bookmarks = |body: &[Stmt]| match body.first() {
-            Some(Stmt::Bookmarks { slots }) => *slots,
-            _ => 0,
-        };
         // The checkpointed sweep, built once: the loops' rival, and the body where they lose.
         let checkpointed =
             plan.filter(|p| opts.mode == Mode::Reverse && p.segments.is_checkpointed());
-        let checkpointed_body = checkpointed.map(|p| b.checkpointed(p));
-        let looped_reverse = looped_reverse.filter(|body| {
-            bookmarks(body) <= MAX_BOOKMARKS
+        let checkpointed_body = checkpointed.map(|p| laid_out(b.checkpointed(p)));
+        let looped_reverse = looped_reverse.filter(|(body, storage)| {
+            storage.local <= MAX_BOOKMARKS
                 && checkpointed_body
                     .as_ref()
-                    .is_none_or(|c| live(body) <= live(c))
+                    .is_none_or(|(c, _)| live(body) <= live(c))
         });
         let checkpointed = checkpointed.filter(|_| looped_reverse.is_none());
-        let body = match (opts.mode, looped_reverse, checkpointed_body) {
-            (_, Some(body), _) => body,
-            (Mode::Forward, ..) => b.forward(&colouring),
+        let (body, storage) = match (opts.mode, looped_reverse, checkpointed_body) {
+            (_, Some(laid), _) => laid,
+            (Mode::Forward, ..) => laid_out(b.forward(&colouring)),
             (_, None, Some(c)) => c,
-            _ => b.plain(),
+            _ => laid_out(b.plain()),
         };
-        // A straight-line price or forward sweep, rerolled where its iterations repeat.
+        // A straight-line price or forward sweep, rerolled where its iterations repeat (it
+        // stores nothing).
         let body = if opts.loops && opts.mode != Mode::Reverse {
             loops::reroll(v.tape(), regions(), body)
         } else {
             body
         };
-        let bookmarks = bookmarks(&body);
         let sp = checkpointed.map(|p| &p.segments);
         Schedule {
             mode: opts.mode,
@@ -975,10 +969,7 @@ impl Schedule {
             lanes: b.lanes,
             segments: sp.map_or(1, |sp| sp.segments.len()),
             strategy: sp.map_or(Checkpoint::Off, |sp| sp.strategy),
-            scratch_slots: sp
-                .filter(|sp| sp.strategy == Checkpoint::Scratch)
-                .map_or(0, |sp| sp.scratch_slots.len() as u32),
-            bookmarks,
+            storage,
             opaque_math: opts.opaque_math,
             body,
         }
@@ -992,8 +983,7 @@ impl Schedule {
             lanes: 1,
             segments: 1,
             strategy: Checkpoint::Off,
-            scratch_slots: 0,
-            bookmarks: 0,
+            storage: Storage::default(),
             opaque_math: opts.opaque_math,
             body: Vec::new(),
         }
@@ -1128,7 +1118,7 @@ impl Schedule {
     /// passes some call's arguments through it)?
     pub fn uses_opaque(&self) -> bool {
         self.is_checkpointed()
-            || self.bookmarks > 0
+            || self.storage.local > 0
             || self.calls(None) && self.opaque_call(None)
             || crate::passes::OPAQUE_MATH
                 .iter()
@@ -1151,7 +1141,7 @@ mod tests {
             Schedule::build(&v, &plan, ScheduleOptions::looped(Mode::Reverse))
         };
         let fits = reverse(MAX_BOOKMARKS);
-        assert_eq!((fits.bookmarks, fits.segments), (MAX_BOOKMARKS, 1));
+        assert_eq!((fits.storage.local, fits.segments), (MAX_BOOKMARKS, 1));
         let loops: Vec<&Loop> = fits
             .body
             .iter()
@@ -1166,11 +1156,13 @@ mod tests {
         let restores = loops[1]
             .body
             .iter()
-            .filter(|s| matches!(s, Stmt::Restore { .. }))
+            .filter(|s| {
+                matches!(s, Stmt::OpaqueRead { from: Some(slot), .. } if slot.class == Class::Local)
+            })
             .count();
         assert_eq!(restores, 1);
         let past = reverse(MAX_BOOKMARKS + 1);
-        assert_eq!(past.bookmarks, 0);
+        assert_eq!(past.storage.local, 0);
         assert!(past.is_checkpointed());
     }
 

@@ -7,13 +7,14 @@
 //! block or an enclosing one (a block's locals die at its end); a value assigned rather than
 //! declared (`Define { declare: false }`) has its declaration (`Declare`) in an enclosing scope;
 //! every adjoint a seed, a rule application or a leaf touches is declared (`DeclareAdjoints`)
-//! in a visible scope; a scratch slot is read only after its store, and lies within the
-//! kernel's slots; a re-keyed draw follows a `Rekey` in its scope; every draw's index is within
-//! the tape's draws; a leaf squares, and a non-finite count covers, only earlier leaves; a
-//! forward loop stores bookmarks and a reverse loop restores them, within the kernel's
-//! bookmarks, each restored only after a loop of the same iterations stored it.
+//! in a visible scope; a re-keyed draw follows a `Rekey` in its scope; every draw's index is
+//! within the tape's draws; a leaf squares, and a non-finite count covers, only earlier leaves.
+//! Storage (`schedule::storage`): every slot lies within its class's slots of the kernel, no two
+//! values share one, and a value is read from a slot only after it was stored there; scratch is
+//! stored and read outside loops; a local slot (a bookmark, one per iteration) is stored in a
+//! forward loop and read in a reverse loop of the same iterations.
 
-use super::{Def, Grad, Key, Leaf, Operand, Schedule, Stmt, Var};
+use super::{Class, Def, Grad, Key, Leaf, Operand, Schedule, Slot, Stmt, Var};
 use crate::tape::NodeId;
 use crate::verify::Verified;
 use rustc_hash::FxHashSet as HashSet;
@@ -38,18 +39,42 @@ struct Scope {
 
 struct Checker<'a> {
     scopes: Vec<Scope>,
-    stored: HashSet<u32>,
+    /// The stores so far: the slots each takes (its class, first slot, slots) and the loop it
+    /// stands in (first iteration, iterations; `(0, 1)` outside loops), by the node stored.
+    stored: Vec<Stored>,
     path: Vec<usize>,
     draws: u32,
     schedule: &'a Schedule,
     in_loop: bool,
     /// The loop being checked: (first iteration, iterations, reverse).
     current: Option<(u32, u32, bool)>,
-    /// The bookmarks stored so far: (first slot, first iteration, iterations).
-    bookmarked: HashSet<(u32, u32, u32)>,
+}
+
+/// One store's slots (`Checker::stored`).
+#[derive(Clone, PartialEq, Eq)]
+struct Stored {
+    node: NodeId,
+    class: Class,
+    slots: std::ops::Range<u32>,
+    iterations: (u32, u32),
 }
 
 impl Checker<'_> {
+    /// The iterations (first, count) a store (`read` false) or a read of `slot` stands in, by
+    /// its class's rule (module doc): `(0, 1)` for scratch outside loops, the loop's for a
+    /// bookmark in a forward loop (a store) or a reverse one (a read).
+    fn iterations(&self, slot: &Slot, by: &str, read: bool) -> Result<(u32, u32), ScheduleError> {
+        match (slot.class, self.current) {
+            (Class::Scratch, None) => Ok((0, 1)),
+            (Class::Scratch, Some(_)) => self.fail(format!("{by} uses scratch inside a loop")),
+            (Class::Local, Some((first, count, reverse))) if reverse == read => Ok((first, count)),
+            (Class::Local, _) => self.fail(format!(
+                "{by} uses a bookmark outside a {} loop",
+                if read { "reverse" } else { "forward" }
+            )),
+        }
+    }
+
     fn fail<T>(&self, what: String) -> Result<T, ScheduleError> {
         let at = self
             .path
@@ -164,25 +189,59 @@ impl Checker<'_> {
                     }
                 }
             }
-            Stmt::Spill { node, slot } => {
-                self.read(Operand::Var(Var::Value(*node)), "a spill")?;
-                if *slot >= self.schedule.scratch_slots {
+            Stmt::Store { var, slot } => {
+                self.read(Operand::Var(*var), "a store")?;
+                let Some(node) = (match var {
+                    Var::Value(n) | Var::Carried(n) => Some(*n),
+                    _ => None,
+                }) else {
+                    return self.fail(format!("{var:?} is stored, not a value or a carried value"));
+                };
+                let iterations = self.iterations(slot, &format!("the store of {node}"), false)?;
+                let slots = slot.index..slot.index + iterations.1;
+                let kernel = self.schedule.storage.slots(slot.class);
+                if slots.end > kernel {
                     return self.fail(format!(
-                        "{node} spills to slot {slot}, past the kernel's {} scratch slots",
-                        self.schedule.scratch_slots
+                        "{node} is stored in {:?} slots {}..{}, past the kernel's {kernel}",
+                        slot.class, slots.start, slots.end
                     ));
                 }
-                self.stored.insert(*slot);
+                let overlaps = |s: &Stored| {
+                    s.class == slot.class && s.slots.start < slots.end && slots.start < s.slots.end
+                };
+                if let Some(other) = self.stored.iter().find(|s| overlaps(s) && s.node != node) {
+                    return self.fail(format!(
+                        "{node} is stored in {:?} slots {}..{}, which {} holds",
+                        slot.class, slots.start, slots.end, other.node
+                    ));
+                }
+                self.stored.push(Stored {
+                    node,
+                    class: slot.class,
+                    slots,
+                    iterations,
+                });
             }
             Stmt::Rekey => self.top().rekeyed = true,
-            Stmt::OpaqueRead { node, slot } => {
-                match slot {
-                    Some(k) if !self.stored.contains(k) => {
-                        return self.fail(format!(
-                            "the opaque read of {node} loads scratch slot {k} before any store"
-                        ))
+            Stmt::OpaqueRead { node, from } => {
+                match from {
+                    Some(slot) => {
+                        let by = format!("the opaque read of {node}");
+                        let iterations = self.iterations(slot, &by, true)?;
+                        let stored = |s: &&Stored| {
+                            s.node == *node
+                                && s.class == slot.class
+                                && s.slots.start == slot.index
+                                && s.iterations == iterations
+                        };
+                        if !self.stored.iter().any(|s| stored(&s)) {
+                            return self.fail(format!(
+                                "{by} loads {:?} slot {} before {node} is stored there (in a \
+                                 loop of the same iterations, for a bookmark)",
+                                slot.class, slot.index
+                            ));
+                        }
                     }
-                    Some(_) => {}
                     None => self.read(Operand::Var(Var::Value(*node)), "an opaque read")?,
                 }
                 self.top().defined.insert(Var::Copy(*node));
@@ -199,41 +258,6 @@ impl Checker<'_> {
             Stmt::MoveAdjoint { to, from, lane } => {
                 self.grad(*to, *lane, "a move")?;
                 self.grad(*from, *lane, "a move")?;
-            }
-            Stmt::Bookmarks { slots } => {
-                if *slots != self.schedule.bookmarks || !self.path.iter().all(|&i| i == 0) {
-                    return self.fail(format!(
-                        "{slots} bookmarks declared, not the kernel's {} at its start",
-                        self.schedule.bookmarks
-                    ));
-                }
-            }
-            Stmt::Bookmark { var, at } => {
-                let Some((first, count, false)) = self.current else {
-                    return self.fail(format!("a bookmark of {var:?} outside a forward loop"));
-                };
-                self.read(Operand::Var(*var), "a bookmark")?;
-                if at + count > self.schedule.bookmarks {
-                    return self.fail(format!(
-                        "bookmarks {at}..{} lie past the kernel's {}",
-                        at + count,
-                        self.schedule.bookmarks
-                    ));
-                }
-                self.bookmarked.insert((*at, first, count));
-            }
-            Stmt::Restore { node, at } => {
-                let Some((first, count, true)) = self.current else {
-                    return self.fail(format!("a restore of {node} outside a reverse loop"));
-                };
-                if !self.bookmarked.contains(&(*at, first, count)) {
-                    return self.fail(format!(
-                        "{node} is restored from bookmarks {at}.. that no loop of iterations \
-                         {first}..{} stored",
-                        first + count
-                    ));
-                }
-                self.top().defined.insert(Var::Copy(*node));
             }
             Stmt::Seed { node, lane } => self.adjoint(*node, *lane, "a seed")?,
             Stmt::Adjoint(a) => {
@@ -323,13 +347,12 @@ impl Checker<'_> {
 pub fn verify(schedule: &Schedule, tape: &Verified) -> Result<(), ScheduleError> {
     let mut c = Checker {
         scopes: vec![Scope::default()],
-        stored: HashSet::default(),
+        stored: Vec::new(),
         path: Vec::new(),
         draws: tape.tape().n_draws,
         schedule,
         in_loop: false,
         current: None,
-        bookmarked: HashSet::default(),
     };
     c.stmts(&schedule.body)
 }
@@ -412,7 +435,7 @@ mod tests {
         let e = verify(&early, &v).unwrap_err();
         assert!(
             e.what.contains("not defined in scope")
-                || e.what.contains("before any store")
+                || e.what.contains("is stored there")
                 || e.what.contains("not declared"),
             "{e}"
         );
@@ -442,5 +465,66 @@ mod tests {
         };
         leaves[1] = Leaf::Square { of: 5, shift: 0 };
         assert!(verify(&sq, &v).unwrap_err().what.contains("squares leaf 5"));
+    }
+
+    /// Every slot's statements, in place: `f` on each store and read of `class`, top level,
+    /// blocks and loops alike.
+    fn slots_of(body: &mut [Stmt], class: Class, f: &mut impl FnMut(&mut Slot, bool)) {
+        for s in body {
+            match s {
+                Stmt::Store { slot, .. } if slot.class == class => f(slot, true),
+                Stmt::OpaqueRead {
+                    from: Some(slot), ..
+                } if slot.class == class => f(slot, false),
+                Stmt::Block(b) => slots_of(&mut b.body, class, f),
+                Stmt::Loop(l) => slots_of(&mut l.body, class, f),
+                _ => {}
+            }
+        }
+    }
+
+    /// The storage rules, each broken on purpose: a scratch slot past the kernel's, two values
+    /// in one slot, a bookmark read from a slot its loop did not store.
+    #[test]
+    fn broken_storage_is_caught() {
+        use crate::plan::{Checkpoint, SegmentOptions};
+        let v = asian(64);
+        let plan = crate::passes::plan(
+            &v,
+            &SegmentOptions {
+                strategy: Checkpoint::Scratch,
+                segments: Some(4),
+                ..SegmentOptions::default()
+            },
+        );
+        let good = Schedule::build(&v, &plan, ScheduleOptions::new(Mode::Reverse));
+        assert!(good.storage.scratch > 1);
+        let mut past = good.clone();
+        let slots = past.storage.scratch;
+        slots_of(&mut past.body, Class::Scratch, &mut |s, _| s.index = slots);
+        let e = verify(&past, &v).unwrap_err();
+        assert!(e.what.contains("past the kernel's"), "{e}");
+        let mut shared = good.clone();
+        slots_of(&mut shared.body, Class::Scratch, &mut |s, store| {
+            if store {
+                s.index = 0
+            }
+        });
+        let e = verify(&shared, &v).unwrap_err();
+        assert!(e.what.contains("which %"), "{e}");
+
+        let plan = crate::passes::plan(&v, &Default::default());
+        let looped = Schedule::build(&v, &plan, ScheduleOptions::looped(Mode::Reverse));
+        verify(&looped, &v).unwrap();
+        assert!(looped.storage.local > 0);
+        let mut wrong = looped.clone();
+        wrong.storage.local += 1;
+        slots_of(&mut wrong.body, Class::Local, &mut |s, store| {
+            if !store {
+                s.index += 1
+            }
+        });
+        let e = verify(&wrong, &v).unwrap_err();
+        assert!(e.what.contains("is stored there"), "{e}");
     }
 }
