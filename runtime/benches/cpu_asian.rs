@@ -47,6 +47,26 @@ fn kernel(
     (k.source, k.manifest)
 }
 
+/// Benchmarks one kernel on the calling thread: `BLOCK` paths a call, each call the next block.
+fn one_thread(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: BenchmarkId,
+    source: &str,
+    manifest: &nablac::emit::Manifest,
+    market: &[f64],
+) {
+    let c = cpu::load(source, manifest).expect("the kernel loads");
+    let mut out = vec![0.0; BLOCK as usize * c.row_len()];
+    let mut first = 0u64;
+    g.bench_function(id, |b| {
+        b.iter(|| {
+            c.run(market, 42, first, &mut out).expect("the kernel runs");
+            first += BLOCK;
+            black_box(out[0])
+        })
+    });
+}
+
 fn backends() -> Vec<CpuBackend> {
     let mut b = vec![CpuBackend::Cranelift];
     if cfg!(feature = "llvm") {
@@ -79,17 +99,7 @@ fn kernels(c: &mut Criterion) {
                         },
                     );
                     if threads == 1 {
-                        let c = cpu::load(&source, &manifest).expect("the kernel loads");
-                        let mut out = vec![0.0; paths as usize * c.row_len()];
-                        let mut first = 0u64;
-                        g.bench_function(id, |b| {
-                            b.iter(|| {
-                                c.run(&market, 42, first, &mut out)
-                                    .expect("the kernel runs");
-                                first += paths;
-                                black_box(out[0])
-                            })
-                        });
+                        one_thread(&mut g, id, &source, &manifest, &market);
                     } else {
                         let be = Backend::open(Target::Cpu).expect("the CPU backend opens");
                         let k = be.load(&source, &manifest).expect("the kernel loads");
@@ -209,17 +219,7 @@ fn loops_against_unrolled(c: &mut Criterion) {
                         "forward"
                     },
                 );
-                let c = cpu::load(&source, &manifest).expect("the kernel loads");
-                let mut out = vec![0.0; BLOCK as usize * c.row_len()];
-                let mut first = 0u64;
-                g.bench_function(id, |b| {
-                    b.iter(|| {
-                        c.run(&market, 42, first, &mut out)
-                            .expect("the kernel runs");
-                        first += BLOCK;
-                        black_box(out[0])
-                    })
-                });
+                one_thread(&mut g, id, &source, &manifest, &market);
             }
         }
     }

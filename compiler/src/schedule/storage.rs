@@ -73,11 +73,12 @@ impl Storage {
     }
 }
 
-/// The key a stored value is found by: the node it is the value of (a carried value by its
-/// node in the loop's first iteration, which no other loop names), and its class.
-fn key(class: Class, var: Var) -> Option<(Class, NodeId)> {
+/// The node a stored name is found by: the node it is the value of (a carried value by its
+/// node in the loop's first iteration, which no other loop names); `None` for a name that no
+/// class stores (a copy, a tangent). A read of the slot names the same node.
+pub fn stored_node(var: Var) -> Option<NodeId> {
     match var {
-        Var::Value(v) | Var::Carried(v) => Some((class, v)),
+        Var::Value(v) | Var::Carried(v) => Some(v),
         Var::Copy(_) | Var::Tangent(..) | Var::CarriedTangent(..) => None,
     }
 }
@@ -102,9 +103,9 @@ fn walk(
     for s in body {
         match s {
             Stmt::Store { var, slot } => {
-                if let Some(k) = key(slot.class, *var) {
+                if let Some(node) = stored_node(*var) {
                     let next = storage.slots_mut(slot.class);
-                    slot.index = *at.entry(k).or_insert_with(|| {
+                    slot.index = *at.entry((slot.class, node)).or_insert_with(|| {
                         let first = *next;
                         *next += iterations;
                         first

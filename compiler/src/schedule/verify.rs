@@ -191,10 +191,7 @@ impl Checker<'_> {
             }
             Stmt::Store { var, slot } => {
                 self.read(Operand::Var(*var), "a store")?;
-                let Some(node) = (match var {
-                    Var::Value(n) | Var::Carried(n) => Some(*n),
-                    _ => None,
-                }) else {
+                let Some(node) = super::storage::stored_node(*var) else {
                     return self.fail(format!("{var:?} is stored, not a value or a carried value"));
                 };
                 let iterations = self.iterations(slot, &format!("the store of {node}"), false)?;
@@ -396,9 +393,9 @@ mod tests {
         }
     }
 
-    /// Each rule, broken on purpose, is caught and named.
-    #[test]
-    fn a_broken_schedule_is_caught_where_it_breaks() {
+    /// The 64-step Asian and its reverse kernel checkpointed in 4 segments under the scratch
+    /// strategy: the schedule the broken-on-purpose tests break.
+    fn scratch_reverse() -> (Verified, Schedule) {
         use crate::plan::{Checkpoint, SegmentOptions};
         let v = asian(64);
         let plan = crate::passes::plan(
@@ -409,7 +406,14 @@ mod tests {
                 ..SegmentOptions::default()
             },
         );
-        let good = Schedule::build(&v, &plan, ScheduleOptions::new(Mode::Reverse));
+        let schedule = Schedule::build(&v, &plan, ScheduleOptions::new(Mode::Reverse));
+        (v, schedule)
+    }
+
+    /// Each rule, broken on purpose, is caught and named.
+    #[test]
+    fn a_broken_schedule_is_caught_where_it_breaks() {
+        let (v, good) = scratch_reverse();
         verify(&good, &v).unwrap();
         let blocks = || {
             good.body
@@ -487,17 +491,8 @@ mod tests {
     /// in one slot, a bookmark read from a slot its loop did not store.
     #[test]
     fn broken_storage_is_caught() {
-        use crate::plan::{Checkpoint, SegmentOptions};
-        let v = asian(64);
-        let plan = crate::passes::plan(
-            &v,
-            &SegmentOptions {
-                strategy: Checkpoint::Scratch,
-                segments: Some(4),
-                ..SegmentOptions::default()
-            },
-        );
-        let good = Schedule::build(&v, &plan, ScheduleOptions::new(Mode::Reverse));
+        let (v, good) = scratch_reverse();
+        verify(&good, &v).unwrap();
         assert!(good.storage.scratch > 1);
         let mut past = good.clone();
         let slots = past.storage.scratch;
